@@ -1,0 +1,137 @@
+"""The store: Parquet files per run and table, and a DuckDB file with one view per table over them.
+
+Layout::
+
+    STORE/atlas.duckdb                        views (and macros) over the Parquet files
+    STORE/data/<run_id>/<table>/*.parquet     the source of truth, one folder per published run
+    STORE/.staging/<run_id>/...               a run being written; invisible to the views
+
+A run becomes visible in one atomic step: its staging folder is renamed into ``data/``. Every Parquet
+file is written under a temporary name and renamed once complete.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import cache
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from atlas.errors import AtlasError
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
+DB_NAME = "atlas.duckdb"
+
+
+@cache
+def table_schemas() -> dict[str, pa.Schema]:
+    """Arrow schema of every table declared in schema.sql, in declaration order."""
+    text = SCHEMA_FILE.read_text()
+    con = duckdb.connect()
+    con.execute(text)
+    names = re.findall(r"^CREATE TABLE (\w+)", text, flags=re.MULTILINE)
+    return {name: con.execute(f"SELECT * FROM {name}").fetch_arrow_table().schema for name in names}
+
+
+def write_parquet(table: pa.Table, path: Path) -> None:
+    """Write a Parquet file atomically: a temporary name, fsync, then rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    with tmp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
+    """Build a table of the store, cast to the schema of schema.sql.
+
+    A column is an array or list of ``n_rows`` values, or a scalar repeated on every row; a column
+    not given is all NULL.
+    """
+    schema = table_schemas()[name]
+    unknown = set(columns) - set(schema.names)
+    if unknown:
+        raise ValueError(f"{name}: unknown columns {sorted(unknown)}")
+    arrays = []
+    for field in schema:
+        value = columns.get(field.name)
+        if value is None or isinstance(value, str | int | float | bool):
+            arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
+        else:
+            arrays.append(pa.array(value).cast(field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class Store:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.db = root / DB_NAME
+        self.data = root / "data"
+        self.staging = root / ".staging"
+
+    def exists(self) -> bool:
+        return self.db.is_file()
+
+    def create(self) -> None:
+        """Create an empty store (folder, data folder and the DuckDB file), atomically."""
+        if self.exists():
+            return
+        if self.root.exists() and not self.root.is_dir():
+            raise AtlasError(f"--store '{self.root}': exists and is not a directory")
+        self.data.mkdir(parents=True, exist_ok=True)
+        tmp = self.root / f".{DB_NAME}.tmp"
+        tmp.unlink(missing_ok=True)
+        con = duckdb.connect(str(tmp))
+        try:
+            self._write_views(con)
+        finally:
+            con.close()
+        os.replace(tmp, self.db)
+
+    def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
+        # the declared (empty) tables, so that a table no run has written yet still has its columns
+        con.execute("DROP SCHEMA IF EXISTS declared CASCADE; CREATE SCHEMA declared; USE declared")
+        con.execute(SCHEMA_FILE.read_text())
+        con.execute("USE main")
+        for name in table_schemas():
+            pattern = self.data.resolve() / "*" / name / "*.parquet"
+            if any(self.data.glob(f"*/{name}/*.parquet")):
+                source = f"read_parquet('{pattern}', union_by_name = true, hive_partitioning = false)"
+            else:
+                source = f"declared.{name}"
+            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")
+        con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('store_path', ?)", [str(self.root.resolve())])
+
+    def refresh_views(self) -> None:
+        con = duckdb.connect(str(self.db))
+        try:
+            self._write_views(con)
+        finally:
+            con.close()
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A read-only connection; views are re-pointed first if the store folder was moved."""
+        if not self.exists():
+            raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
+        con = duckdb.connect(str(self.db), read_only=True)
+        recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'store_path'").fetchone()
+        if recorded is None or recorded[0] != str(self.root.resolve()):
+            con.close()
+            self.refresh_views()
+            con = duckdb.connect(str(self.db), read_only=True)
+        return con
+
+    def run_ids(self) -> list[str]:
+        return sorted(p.name for p in self.data.iterdir() if p.is_dir()) if self.data.is_dir() else []
+
+    def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
+        row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()
+        if row is None:
+            raise AtlasError(f"--store '{self.root}': the store holds no run yet")
+        return row[0]

@@ -1,0 +1,189 @@
+"""Stage 1: read a CoNLL-U (UD v2) file into sentences, words and CorefUD coreference mentions.
+
+Streams sentence by sentence. Multiword-token ranges (``3-4``) and empty nodes (``8.1``) are skipped:
+the analyses work on the syntactic words. Every malformed line raises ``AtlasError`` naming
+``file:line``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from atlas.errors import AtlasError
+
+_ENTITY_ITEM = re.compile(r"\(([^()]+)\)|\(([^()]+)|([^()]+)\)")
+_DISCONTINUOUS = re.compile(r"\[\d+/\d+\]$")
+
+
+@dataclass(frozen=True)
+class Word:
+    id: int  # CoNLL-U ID, 1-based within the sentence
+    form: str
+    lemma: str | None
+    upos: str | None
+    xpos: str | None
+    feats: str | None
+    head: int | None  # 0 = root, None = no syntactic annotation
+    deprel: str | None
+    misc: str | None
+    line: int  # line of the corpus file
+
+
+@dataclass(frozen=True)
+class Mention:
+    """A coreference mention; positions are (sentence number in the corpus, word id)."""
+
+    entity_id: str
+    start: tuple[int, int]
+    end: tuple[int, int]
+
+
+@dataclass
+class Sentence:
+    index: int  # 0-based position in the corpus
+    sent_id: str
+    doc_id: str | None
+    line: int  # line of the first word
+    words: list[Word] = field(default_factory=list)
+    mentions: list[Mention] = field(default_factory=list)  # mentions that end in this sentence
+
+
+def _none(value: str) -> str | None:
+    return None if value == "_" else value
+
+
+class _Entities:
+    """Tracks open CorefUD ``Entity=`` brackets across the words of one document."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.open: dict[str, list[tuple[tuple[int, int], int]]] = {}
+
+    def feed(self, value: str, pos: tuple[int, int], lineno: int) -> list[Mention]:
+        done: list[Mention] = []
+        at = 0
+        for match in _ENTITY_ITEM.finditer(value):
+            if match.start() != at:
+                break
+            at = match.end()
+            single, opening, closing = match.groups()
+            if single is not None:
+                done.append(Mention(self._eid(single), pos, pos))
+            elif opening is not None:
+                self.open.setdefault(self._eid(opening), []).append((pos, lineno))
+            else:
+                eid = self._eid(closing)
+                starts = self.open.get(eid)
+                if not starts:
+                    raise AtlasError(f"{self.path}:{lineno}: Entity bracket closes '{eid}', which is not open")
+                start, _ = starts.pop()
+                done.append(Mention(eid, start, pos))
+        if at != len(value):
+            raise AtlasError(f"{self.path}:{lineno}: malformed Entity value '{value}'")
+        return done
+
+    @staticmethod
+    def _eid(attrs: str) -> str:
+        return _DISCONTINUOUS.sub("", attrs.split("-", 1)[0])
+
+    def close_document(self) -> None:
+        for eid, starts in self.open.items():
+            if starts:
+                raise AtlasError(f"{self.path}:{starts[-1][1]}: Entity bracket '({eid}' is never closed")
+        self.open = {}
+
+
+def _parse_word(path: Path, lineno: int, cols: list[str], expected_id: int) -> Word:
+    if cols[0] != str(expected_id):
+        raise AtlasError(f"{path}:{lineno}: expected word id {expected_id}, found '{cols[0]}'")
+    head: int | None
+    if cols[6] == "_":
+        head = None
+    else:
+        try:
+            head = int(cols[6])
+        except ValueError:
+            raise AtlasError(f"{path}:{lineno}: HEAD '{cols[6]}' is not an integer") from None
+        if head < 0:
+            raise AtlasError(f"{path}:{lineno}: HEAD {head} is negative")
+    if not cols[1]:
+        raise AtlasError(f"{path}:{lineno}: empty FORM")
+    return Word(
+        id=expected_id,
+        form=cols[1],
+        lemma=_none(cols[2]),
+        upos=_none(cols[3]),
+        xpos=_none(cols[4]),
+        feats=_none(cols[5]),
+        head=head,
+        deprel=_none(cols[7]),
+        misc=_none(cols[9]),
+        line=lineno,
+    )
+
+
+def _check_heads(path: Path, sentence: Sentence, lines: list[int]) -> None:
+    n = len(sentence.words)
+    for word, lineno in zip(sentence.words, lines, strict=True):
+        if word.head is not None and word.head > n:
+            raise AtlasError(f"{path}:{lineno}: HEAD {word.head} is out of range (sentence has {n} words)")
+
+
+def read_conllu(path: Path) -> Iterator[Sentence]:
+    """Yield the sentences of a CoNLL-U file in order."""
+    if not path.is_file():
+        raise AtlasError(f"{path}: no such file")
+    entities = _Entities(path)
+    doc_id: str | None = None
+    sent_id: str | None = None
+    sentence: Sentence | None = None
+    word_lines: list[int] = []
+    index = 0
+
+    def finish() -> Sentence | None:
+        nonlocal sentence, sent_id, index
+        done = sentence
+        if done is not None:
+            _check_heads(path, done, word_lines)
+            index += 1
+        sentence, sent_id = None, None
+        word_lines.clear()
+        return done
+
+    with path.open(encoding="utf-8-sig") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            line = raw.rstrip("\r\n")
+            if not line.strip():
+                if (done := finish()) is not None:
+                    yield done
+                continue
+            if line.startswith("#"):
+                key, _, value = line[1:].partition("=")
+                key, value = key.strip(), value.strip()
+                if key == "newdoc id" or (key.startswith("newdoc") and not value):
+                    if sentence is not None:
+                        raise AtlasError(f"{path}:{lineno}: comment inside a sentence")
+                    entities.close_document()
+                    doc_id = value or f"doc-line-{lineno}"
+                elif key == "sent_id":
+                    sent_id = value
+                continue
+            cols = line.split("\t")
+            if len(cols) != 10:
+                raise AtlasError(f"{path}:{lineno}: expected 10 tab-separated columns, found {len(cols)}")
+            if "-" in cols[0] or "." in cols[0]:
+                continue  # multiword-token range or empty node
+            if sentence is None:
+                sentence = Sentence(index, sent_id or f"s{index + 1}", doc_id, lineno)
+            word = _parse_word(path, lineno, cols, len(sentence.words) + 1)
+            sentence.words.append(word)
+            word_lines.append(lineno)
+            for item in (word.misc or "").split("|"):
+                if item.startswith("Entity="):
+                    sentence.mentions.extend(entities.feed(item[len("Entity=") :], (index, word.id), lineno))
+    if (done := finish()) is not None:
+        yield done
+    entities.close_document()

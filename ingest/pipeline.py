@@ -1,0 +1,211 @@
+"""The ingest flow: read corpus -> align word pieces -> group inputs -> run model -> sparsify -> write.
+
+Streams in chunks of examples, so memory does not grow with the corpus. Each finished chunk is
+written to the run's staging folder and marked done; a re-run with the same inputs and settings
+skips the finished chunks (resume). The run is published by one atomic rename at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import islice
+from pathlib import Path
+
+import torch
+import transformers
+from tqdm import tqdm
+
+import atlas
+from atlas.errors import AtlasError
+from atlas.store import Store, to_table, write_parquet
+from ingest.align import AlignedSentence, align
+from ingest.conllu import Sentence, read_conllu
+from ingest.examples import PACK_MODES, Example, group_examples, layout
+from ingest.model import LoadedModel, attention
+from ingest.sparsify import sparsify, word_rows
+from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
+
+CHUNK_EXAMPLES = 512  # examples per Parquet part
+ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
+
+
+@dataclass(frozen=True)
+class Settings:
+    kept_mass: float | None = 0.9
+    max_length: int | None = None  # None: the model's max_position_embeddings
+    pack: str = "none"
+    chunk_examples: int = CHUNK_EXAMPLES
+
+
+@dataclass(frozen=True)
+class CorpusInfo:
+    path: Path
+    sha256: str
+    n_sentences: int
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    run_id: str
+    already_present: bool
+    n_examples: int
+    n_skipped: int
+    n_edges: int
+
+
+def check_corpus(path: Path) -> CorpusInfo:
+    """Read the whole corpus once: validates every line before anything is written."""
+    n = sum(1 for _ in read_conllu(path))
+    if n == 0:
+        raise AtlasError(f"{path}: the corpus holds no sentence")
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return CorpusInfo(path, digest, n)
+
+
+def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, random_init: bool, seed: int) -> str:
+    key = json.dumps(
+        [corpus.sha256, lm.model_hash, random_init, seed, settings.kept_mass, settings.max_length, settings.pack,
+         settings.chunk_examples],
+    )
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
+    suffix = f"-random{seed}" if random_init else ""
+    return f"{corpus.path.stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], batch: int = 256) -> Iterator[AlignedSentence]:
+    it = iter(sentences)
+    while block := list(islice(it, batch)):
+        yield from align(lm.tokenizer, block)
+
+
+def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
+    """Group examples of similar length so that each forward batch stays within the attention budget."""
+    ordered = sorted(examples, key=lambda e: e.n_tokens)
+    batch: list[Example] = []
+    for ex in ordered:
+        longest = ex.n_tokens
+        if batch and (len(batch) + 1) * longest * longest * n_attn > ATTENTION_BUDGET:
+            yield batch
+            batch = []
+        batch.append(ex)
+    if batch:
+        yield batch
+
+
+def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settings: Settings, bar: tqdm) -> ChunkRows:
+    """Run the model over one chunk (batched by length) and collect its rows in corpus order."""
+    rows = ChunkRows(run_id)
+    tok = lm.tokenizer
+    n_attn = lm.n_layers * lm.n_heads
+    done: dict[int, tuple] = {}
+    for batch in _batches([e for e in examples if not e.skipped], n_attn):
+        layouts = [layout(e, tok.cls_token_id, tok.sep_token_id) for e in batch]
+        maps = attention(lm, [(lay.input_ids, lay.segments) for lay in layouts])
+        for ex, lay, attn in zip(batch, layouts, maps, strict=True):
+            edges, stats = sparsify(attn, settings.kept_mass)
+            done[ex.example_id] = (lay, edges, stats, word_rows(attn, lay.token_word))
+        bar.update(sum(len(e.sentences) for e in batch))
+    for ex in examples:  # corpus order
+        if ex.skipped:
+            rows.add_skipped(ex)
+            bar.update(1)
+            continue
+        lay, edges, stats, words = done.pop(ex.example_id)
+        pieces = tok.convert_ids_to_tokens(lay.input_ids)
+        rows.add(ex, lay, pieces, edges, stats, words)
+    return rows
+
+
+def ingest(
+    corpus_path: Path,
+    store: Store,
+    lm: LoadedModel,
+    settings: Settings,
+    random_init: bool = False,
+    seed: int = 0,
+    progress: bool = True,
+) -> IngestResult:
+    if settings.pack not in PACK_MODES:
+        raise AtlasError(f"--pack '{settings.pack}': expected one of {', '.join(PACK_MODES)}")
+    if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
+        raise AtlasError(f"--kept-mass {settings.kept_mass}: expected a value in (0, 1]")
+    max_length = settings.max_length or lm.max_positions
+    if max_length > lm.max_positions or max_length < 3:
+        raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
+    settings = Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples)
+    corpus = check_corpus(corpus_path)
+    run_id = run_id_for(corpus, lm, settings, random_init, seed)
+    final = store.data / run_id
+    if final.is_dir():
+        return IngestResult(run_id, True, 0, 0, 0)
+    store.create()
+    staging = store.staging / run_id
+    (staging / "done").mkdir(parents=True, exist_ok=True)
+    for tmp in staging.rglob(".*.tmp"):
+        tmp.unlink()
+
+    totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
+    sentences = _aligned(lm, read_conllu(corpus_path))
+    examples = group_examples(sentences, settings.pack, max_length)
+    with tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar:
+        chunk = 0
+        while block := list(islice(examples, settings.chunk_examples)):
+            marker = staging / "done" / f"{chunk:05d}.json"
+            if marker.is_file():
+                counts = json.loads(marker.read_text())
+                bar.update(sum(len(e.sentences) for e in block))
+            else:
+                rows = _process_chunk(lm, run_id, block, settings, bar)
+                write_chunk(staging, chunk, rows.tables())
+                counts = {
+                    "examples": sum(not e.skipped for e in block),
+                    "skipped": sum(e.skipped for e in block),
+                    "tokens": rows.n_tokens,
+                    "edges": rows.n_edges,
+                }
+                tmp = marker.with_name(f".{marker.name}.tmp")
+                tmp.write_text(json.dumps(counts))
+                tmp.replace(marker)
+            for key in totals:
+                totals[key] += counts[key]
+            chunk += 1
+
+    run_row = {
+        "run_id": run_id,
+        "model": lm.name,
+        "model_source": lm.source,
+        "model_hash": lm.model_hash,
+        "random_init": random_init,
+        "seed": seed,
+        "n_layers": lm.n_layers,
+        "n_heads": lm.n_heads,
+        "corpus": corpus_path.name,
+        "corpus_sha256": corpus.sha256,
+        "pack": settings.pack,
+        "max_length": max_length,
+        "kept_mass": settings.kept_mass,
+        "n_sentences": corpus.n_sentences,
+        "n_examples": totals["examples"],
+        "n_skipped": totals["skipped"],
+        "n_tokens": totals["tokens"],
+        "n_edges": totals["edges"],
+        "created_at": [datetime.now(UTC).replace(tzinfo=None)],
+        "atlas_version": atlas.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+    }
+    write_parquet(to_table("runs", run_row, 1), staging / "runs" / "part-00000.parquet")
+    for name in EXAMPLE_TABLES:  # every table has a file, even when empty
+        if not any((staging / name).glob("*.parquet")):
+            write_parquet(to_table(name, {}, 0), staging / name / "part-00000.parquet")
+    shutil.rmtree(staging / "done")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(final)
+    store.refresh_views()
+    return IngestResult(run_id, False, totals["examples"], totals["skipped"], totals["edges"])

@@ -1,0 +1,135 @@
+"""Stage 5: collect the rows of a chunk of examples and write them as Parquet files of the store."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from atlas.store import to_table, write_parquet
+from ingest.align import is_punct
+from ingest.examples import Example, Layout
+
+EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "attn_edges", "attn_rows", "word_rows")
+
+
+def _mention_type(upos: str | None) -> str:
+    return {"PRON": "pronoun", "PROPN": "proper"}.get(upos or "", "nominal")
+
+
+class ChunkRows:
+    """Column lists for every per-example table of one chunk."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.lists: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.arrays: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
+        self.n_tokens = 0
+        self.n_edges = 0
+
+    def add_skipped(self, ex: Example) -> None:
+        self._example_row(ex, skipped=True)
+
+    def _example_row(self, ex: Example, skipped: bool) -> None:
+        row = self.lists["examples"]
+        row["example_id"].append(ex.example_id)
+        row["doc_id"].append(ex.doc_id)
+        row["sent_ids"].append([a.sentence.sent_id for a in ex.sentences])
+        row["first_line"].append(ex.sentences[0].sentence.line)
+        row["n_sentences"].append(len(ex.sentences))
+        row["n_tokens"].append(ex.n_tokens)
+        row["n_words"].append(len(ex.words))
+        row["skipped"].append(skipped)
+
+    def add(
+        self,
+        ex: Example,
+        lay: Layout,
+        pieces: list[str],
+        edges: dict[str, np.ndarray],
+        rows: dict[str, np.ndarray],
+        word_rows: dict[str, np.ndarray],
+    ) -> None:
+        self._example_row(ex, skipped=False)
+        self.n_tokens += len(lay.input_ids)
+        toks = self.lists["tokens"]
+        for t, (piece, pid) in enumerate(zip(pieces, lay.input_ids, strict=True)):
+            toks["example_id"].append(ex.example_id)
+            toks["tok_idx"].append(t)
+            toks["piece"].append(piece)
+            toks["piece_id"].append(pid)
+            toks["word_idx"].append(lay.token_word[t])
+            toks["special"].append(lay.special[t])
+            toks["segment"].append(lay.segments[t])
+            toks["is_punct"].append(lay.special[t] is None and is_punct(piece))
+        self._words(ex, lay)
+        for name, cols in (("attn_edges", edges), ("attn_rows", rows), ("word_rows", word_rows)):
+            n = len(next(iter(cols.values())))
+            self.arrays[name].append({"example_id": np.full(n, ex.example_id), **cols})
+        self.n_edges += len(edges["weight"])
+
+    def _words(self, ex: Example, lay: Layout) -> None:
+        offsets = ex.word_offsets()
+        first_tok: dict[int, int] = {}
+        n_toks: dict[int, int] = defaultdict(int)
+        for t, w in enumerate(lay.token_word):
+            if w is not None:
+                first_tok.setdefault(w, t)
+                n_toks[w] += 1
+        words = self.lists["words"]
+        heads: list[int | None] = []
+        upos: list[str | None] = []
+        for idx, (sentence, word) in enumerate(ex.words):
+            head = None if not word.head else offsets[sentence.index] + word.head - 1
+            heads.append(head)
+            upos.append(word.upos)
+            words["example_id"].append(ex.example_id)
+            words["word_idx"].append(idx)
+            words["sent_id"].append(sentence.sent_id)
+            words["conllu_id"].append(word.id)
+            words["line"].append(word.line)
+            words["form"].append(word.form)
+            words["lemma"].append(word.lemma)
+            words["upos"].append(word.upos)
+            words["xpos"].append(word.xpos)
+            words["feats"].append(word.feats)
+            words["head_word_idx"].append(head)
+            words["deprel"].append(word.deprel)
+            words["first_tok"].append(first_tok[idx])
+            words["n_toks"].append(n_toks[idx])
+        spans = sorted(
+            (offsets[m.start[0]] + m.start[1] - 1, offsets[m.end[0]] + m.end[1] - 1, m.entity_id)
+            for m in ex.mentions()
+        )
+        mentions = self.lists["mentions"]
+        for mention_id, (first, last, entity) in enumerate(spans):
+            inside = range(first, last + 1)
+            head = next((w for w in inside if heads[w] is None or heads[w] not in inside), first)
+            mentions["example_id"].append(ex.example_id)
+            mentions["mention_id"].append(mention_id)
+            mentions["doc_id"].append(ex.doc_id)
+            mentions["entity_id"].append(entity)
+            mentions["first_word"].append(first)
+            mentions["last_word"].append(last)
+            mentions["head_word"].append(head)
+            mentions["mention_type"].append(_mention_type(upos[head]))
+
+    def tables(self) -> dict[str, pa.Table]:
+        out = {}
+        for name in EXAMPLE_TABLES:
+            if name in self.arrays:
+                parts = self.arrays[name]
+                cols: dict[str, object] = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+            else:
+                cols = dict(self.lists[name])
+            n = len(next(iter(cols.values()))) if cols else 0
+            cols["run_id"] = self.run_id
+            out[name] = to_table(name, cols, n)
+        return out
+
+
+def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table]) -> None:
+    for name, table in tables.items():
+        write_parquet(table, run_dir / name / f"part-{chunk:05d}.parquet")

@@ -1,0 +1,129 @@
+-- Attention Atlas store schema.
+--
+-- Parquet files under STORE/data/<run_id>/<table>/*.parquet are the source of truth; STORE/atlas.duckdb
+-- holds one view per table below over those files (and the macros of the catalogue). Every table
+-- carries run_id, so many runs live side by side. Indexes are 0-based in the store (layer, head,
+-- tok_idx, word_idx); queries display layers and heads 1-based ("layer-head") as the papers do.
+-- The column types here are the types written to Parquet.
+
+-- One ingest of one model over one corpus.
+CREATE TABLE runs (
+    run_id VARCHAR,              -- <corpus stem>__<model name>__<hash of inputs and settings>
+    model VARCHAR,               -- as the user named it (hub id, path, or the embedded default)
+    model_source VARCHAR,        -- the local path or hub id the weights were loaded from
+    model_hash VARCHAR,          -- sha256 of the safetensors weights (of config + seed for a random init)
+    random_init BOOLEAN,         -- fresh weights from the model's config (the papers' random baseline)
+    seed INTEGER,                -- seed of the random init
+    n_layers SMALLINT,
+    n_heads SMALLINT,
+    corpus VARCHAR,              -- corpus file name
+    corpus_sha256 VARCHAR,
+    pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
+    max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
+    kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
+    n_sentences INTEGER,
+    n_examples INTEGER,          -- inputs run through the model
+    n_skipped INTEGER,           -- sentences skipped because they exceed max_length
+    n_tokens BIGINT,
+    n_edges BIGINT,              -- rows in attn_edges
+    created_at TIMESTAMP,
+    atlas_version VARCHAR,
+    transformers_version VARCHAR,
+    torch_version VARCHAR
+);
+
+-- One model input sequence: [CLS] a [SEP] (b [SEP]).
+CREATE TABLE examples (
+    run_id VARCHAR,
+    example_id INTEGER,          -- 0-based, in corpus order
+    doc_id VARCHAR,              -- from '# newdoc id', NULL when the corpus has none
+    sent_ids VARCHAR[],          -- '# sent_id' of each sentence in the input
+    first_line INTEGER,          -- corpus line of the first word
+    n_sentences SMALLINT,
+    n_tokens INTEGER,            -- word pieces including [CLS]/[SEP]
+    n_words INTEGER,
+    skipped BOOLEAN              -- true: longer than max_length, not run (no tokens, words or attention)
+);
+
+-- One word piece or special token of an input.
+CREATE TABLE tokens (
+    run_id VARCHAR,
+    example_id INTEGER,
+    tok_idx SMALLINT,            -- position in the input
+    piece VARCHAR,               -- the tokenizer's piece, e.g. 'play', '##ing', '[CLS]'
+    piece_id INTEGER,            -- vocabulary id
+    word_idx SMALLINT,           -- word of the input this piece belongs to; NULL for [CLS]/[SEP]
+    special VARCHAR,             -- '[CLS]', '[SEP]' or NULL
+    segment TINYINT,             -- token type id (0 = first segment, 1 = second)
+    is_punct BOOLEAN             -- the piece is made only of punctuation characters
+);
+
+-- One corpus word (syntactic word of CoNLL-U; multiword-token ranges and empty nodes are not words).
+CREATE TABLE words (
+    run_id VARCHAR,
+    example_id INTEGER,
+    word_idx SMALLINT,           -- 0-based position among the input's words
+    sent_id VARCHAR,
+    conllu_id SMALLINT,          -- the CoNLL-U ID column (1-based in its sentence)
+    line INTEGER,                -- corpus line
+    form VARCHAR,
+    lemma VARCHAR,
+    upos VARCHAR,
+    xpos VARCHAR,
+    feats VARCHAR,
+    head_word_idx SMALLINT,      -- word_idx of the syntactic head in the same input; NULL for the root
+    deprel VARCHAR,              -- UD relation with subtype, e.g. 'nsubj', 'nmod:poss'
+    first_tok SMALLINT,          -- tok_idx of the word's first piece
+    n_toks SMALLINT              -- number of pieces
+);
+
+-- One coreference mention (CorefUD 'Entity=' brackets), both ends inside one input.
+CREATE TABLE mentions (
+    run_id VARCHAR,
+    example_id INTEGER,
+    mention_id INTEGER,          -- 0-based within the input, in order of the first word
+    doc_id VARCHAR,
+    entity_id VARCHAR,
+    first_word SMALLINT,         -- word_idx span, inclusive
+    last_word SMALLINT,
+    head_word SMALLINT,          -- the span's word whose syntactic head lies outside the span
+    mention_type VARCHAR         -- pronoun (head UPOS PRON) | proper (PROPN) | nominal (anything else)
+);
+
+-- One kept attention weight (sparse: per row the largest weights up to runs.kept_mass, argmax always kept).
+CREATE TABLE attn_edges (
+    run_id VARCHAR,
+    example_id INTEGER,
+    layer TINYINT,               -- 0-based
+    head TINYINT,                -- 0-based
+    src_tok SMALLINT,            -- the attending token (query)
+    dst_tok SMALLINT,            -- the attended token (key)
+    weight FLOAT
+);
+
+-- One attention row, with statistics computed exactly from the dense row before sparsifying.
+CREATE TABLE attn_rows (
+    run_id VARCHAR,
+    example_id INTEGER,
+    layer TINYINT,
+    head TINYINT,
+    src_tok SMALLINT,
+    entropy FLOAT,               -- nats
+    max_weight FLOAT,
+    argmax_tok SMALLINT,
+    kept_mass FLOAT,             -- attention mass of the row's kept edges
+    n_kept SMALLINT              -- number of kept edges
+);
+
+-- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over
+-- its pieces, [CLS]/[SEP] as units of their own): the other real word the word attends to most.
+-- Computed from the dense map, so exact whatever the edge sparsity.
+CREATE TABLE word_rows (
+    run_id VARCHAR,
+    example_id INTEGER,
+    layer TINYINT,
+    head TINYINT,
+    src_word SMALLINT,           -- the attending word
+    dst_word SMALLINT,           -- most-attended word other than itself, [CLS] and [SEP]
+    weight FLOAT                 -- its word-level attention weight
+);
