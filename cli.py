@@ -1,0 +1,198 @@
+"""The ``atlas`` command line: ingest a corpus, list runs and queries, run named analyses and SQL."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+import duckdb
+import polars as pl
+import pyarrow.parquet as pq
+
+from atlas.catalogue import entries, resolve, run_entry
+from atlas.errors import AtlasError
+from atlas.output import FORMATS, emit
+from atlas.store import Store, table_schemas
+
+STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
+
+
+def _store(path: str | None) -> Store:
+    return Store(Path(path or os.environ.get("ATLAS_STORE") or "atlas-store"))
+
+
+store_option = click.option("--store", "store_path", type=click.Path(file_okay=False), help=STORE_HELP)
+format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+out_option = click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file.")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="attention-atlas")
+def cli() -> None:
+    """Attention Atlas: what do this model's attention heads do?
+
+    Run an encoder over an annotated corpus into a store of Parquet tables registered in DuckDB,
+    then ask the papers' analyses as named queries.
+    """
+
+
+@cli.command()
+@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="CoNLL-U file (UD v2).")
+@click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
+@click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
+@click.option("--seed", default=0, show_default=True, help="Seed of --random-init.")
+@click.option("--kept-mass", default=0.9, show_default=True, type=float,
+              help="Per attention row, keep the largest weights until this mass is reached.")
+@click.option("--dense", is_flag=True, help="Keep every attention weight (exact; larger store).")
+@click.option("--max-length", type=int, default=None,
+              help="Longest input in word pieces (default: the model's); longer sentences are skipped.")
+@click.option("--pack", type=click.Choice(["none", "pair", "window"]), default="none", show_default=True,
+              help="none: one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to --max-length.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@store_option
+def ingest(corpus: Path, model: str | None, random_init: bool, seed: int, kept_mass: float, dense: bool,
+           max_length: int | None, pack: str, quiet: bool, store_path: str | None) -> None:
+    """Run a model over a corpus and add the run to the store (resumes if interrupted)."""
+    from ingest.model import load_model
+    from ingest.pipeline import Settings, check_corpus
+    from ingest.pipeline import ingest as run_ingest
+
+    store = _store(store_path)
+    check_corpus(corpus)  # fail on bad input before loading anything
+    lm = load_model(model, random_init=random_init, seed=seed)
+    settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack)
+    result = run_ingest(corpus, store, lm, settings, random_init=random_init, seed=seed, progress=not quiet)
+    if result.already_present:
+        click.echo(f"run {result.run_id} is already in {store.root}; nothing to do")
+    else:
+        click.echo(
+            f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
+            f"--max-length, {result.n_edges:,} attention edges -> {store.root}"
+        )
+
+
+@cli.command()
+@store_option
+@format_option
+def runs(store_path: str | None, fmt: str) -> None:
+    """List the runs in the store."""
+    con = _store(store_path).connect()
+    df = con.execute(
+        "SELECT run_id, model, random_init, corpus, pack, kept_mass, n_examples, n_skipped, n_edges, created_at "
+        "FROM runs ORDER BY created_at"
+    ).pl()
+    emit(df, fmt, None)
+
+
+@cli.command()
+@format_option
+def queries(fmt: str) -> None:
+    """List the analysis catalogue."""
+    df = pl.DataFrame(
+        {
+            "name": [e.name for e in entries()],
+            "aliases": [", ".join(e.aliases) for e in entries()],
+            "paper": [e.paper for e in entries()],
+            "parameters": [", ".join(f"{p.name}={p.default}" for p in e.parameters) for e in entries()],
+        }
+    )
+    emit(df, fmt, None)
+
+
+def _params(values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AtlasError(f"--param '{item}': expected NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@cli.command()
+@click.argument("phrase")
+@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
+@click.option("--describe", is_flag=True, help="Show the entry's description and SQL instead of running it.")
+@store_option
+@format_option
+@out_option
+def query(phrase: str, run_id: str | None, params: tuple[str, ...], describe: bool, store_path: str | None,
+          fmt: str, out: Path | None) -> None:
+    """Run a catalogue entry named by PHRASE (a name, an alias or close words)."""
+    entry = resolve(phrase)
+    if describe:
+        click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
+        return
+    values = _params(params)
+    store = _store(store_path)
+    con = store.connect()
+    if any(p.name == "run" for p in entry.parameters):
+        values["run"] = run_id or values.get("run") or store.latest_run(con)
+        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [values["run"]]).fetchone()[0] == 0:
+            raise AtlasError(f"--run '{values['run']}': no such run in {store.root} (see 'atlas runs')")
+    click.echo(f"{entry.name} ({entry.paper})", err=True)
+    emit(run_entry(con, entry, entry.bind(values)), fmt, out)
+
+
+@cli.command()
+@click.argument("statement")
+@store_option
+@format_option
+@out_option
+def sql(statement: str, store_path: str | None, fmt: str, out: Path | None) -> None:
+    """Run read-only SQL over the store (only SELECT statements are accepted)."""
+    con = _store(store_path).connect()
+    try:
+        parsed = con.extract_statements(statement)
+    except duckdb.Error as exc:
+        raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
+    if len(parsed) != 1:
+        raise AtlasError(f"sql: expected one statement, found {len(parsed)}")
+    if parsed[0].type != duckdb.StatementType.SELECT:
+        raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {parsed[0].type.name}")
+    try:
+        df = con.execute(statement).pl()
+    except duckdb.Error as exc:
+        raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
+    emit(df, fmt, out)
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
+@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@store_option
+def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> None:
+    """Write every table of the store as one Parquet file per table."""
+    con = _store(store_path).connect()
+    out.mkdir(parents=True, exist_ok=True)
+    where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
+    for name in table_schemas():
+        reader = con.execute(f"SELECT * FROM {name} {where}", args).fetch_record_batch()
+        tmp = out / f".{name}.parquet.tmp"
+        with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
+            for batch in reader:
+                writer.write_batch(batch)
+        tmp.replace(out / f"{name}.{fmt}")
+        click.echo(f"{name}: {pq.ParquetFile(out / f'{name}.{fmt}').metadata.num_rows:,} rows", err=True)
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except AtlasError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted: re-run the same command to resume", err=True)
+        sys.exit(130)
+

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up, ingest the shipped UD English EWT sample with the embedded model, print Clark et al.'s Table 1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export HF_HUB_OFFLINE=1
+STORE=${ATLAS_STORE:-demo-store}
+.venv/bin/atlas ingest --corpus samples/ud/en_ewt-ud-dev-sample.conllu --store "$STORE"
+.venv/bin/atlas query "best head per dependency relation" --store "$STORE" --param min_count=50
