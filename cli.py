@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -28,7 +27,20 @@ format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), defa
 out_option = click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class AtlasGroup(click.Group):
+    """Turns user errors into one-line messages and a non-zero exit, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except AtlasError as exc:
+            raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            click.echo("interrupted: re-run the same command to resume", err=True)
+            raise click.exceptions.Exit(130) from None
+
+
+@click.group(cls=AtlasGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="attention-atlas")
 def cli() -> None:
     """Attention Atlas: what do this model's attention heads do?
@@ -181,18 +193,8 @@ def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> N
 
 
 def main() -> None:
-    try:
-        cli.main(standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except AtlasError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        click.echo("interrupted: re-run the same command to resume", err=True)
-        sys.exit(130)
+    cli(prog_name="atlas")
 
+
+if __name__ == "__main__":
+    main()

@@ -34,7 +34,7 @@ def table_schemas() -> dict[str, pa.Schema]:
     con = duckdb.connect()
     con.execute(text)
     names = re.findall(r"^CREATE TABLE (\w+)", text, flags=re.MULTILINE)
-    return {name: con.execute(f"SELECT * FROM {name}").fetch_arrow_table().schema for name in names}
+    return {name: con.execute(f"SELECT * FROM {name}").to_arrow_table().schema for name in names}
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:

@@ -52,14 +52,15 @@ best_head AS (
 offsets AS (
     SELECT unnest([-3, -2, -1, 1, 2]) AS "offset"
 ),
-offset_hits AS (
-    SELECT o."offset", a.relation, count(a.dep) AS correct
-    FROM offsets o JOIN arcs a ON a.gov - a.dep = o."offset"
-    GROUP BY ALL
+offset_counts AS (
+    SELECT gov - dep AS "offset", relation, count(*) AS correct FROM arcs GROUP BY ALL
     UNION ALL
-    SELECT o."offset", 'all', count(a.dep)
-    FROM offsets o JOIN arcs a ON a.gov - a.dep = o."offset"
-    GROUP BY ALL
+    SELECT gov - dep, 'all', count(*) FROM arcs GROUP BY ALL
+),
+offset_hits AS (
+    SELECT o."offset", k.relation, coalesce(c.correct, 0) AS correct
+    FROM offsets o CROSS JOIN kept k
+    LEFT JOIN offset_counts c ON c."offset" = o."offset" AND c.relation = k.relation
 ),
 best_offset AS (
     SELECT relation, "offset", correct
@@ -71,7 +72,7 @@ SELECT
     k.n,
     concat(b.layer + 1, '-', b.head + 1) AS best_head,
     b.direction,
-    coalesce(b.correct, 0) AS correct,
+    coalesce(b.correct, 0)::BIGINT AS correct,
     round(100.0 * coalesce(b.correct, 0) / k.n, 2) AS accuracy,
     CASE WHEN o."offset" > 0 THEN concat('+', o."offset") ELSE o."offset"::VARCHAR END AS baseline_offset,
     round(100.0 * coalesce(o.correct, 0) / k.n, 2) AS baseline_accuracy

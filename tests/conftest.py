@@ -1,0 +1,60 @@
+"""Shared fixtures: the embedded model, small corpora cut from the shipped samples, and stores."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from atlas.store import Store  # noqa: E402
+from ingest.model import LoadedModel, load_model  # noqa: E402
+from ingest.pipeline import Settings, ingest  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+EWT_SAMPLE = ROOT / "samples" / "ud" / "en_ewt-ud-dev-sample.conllu"
+GUM_SAMPLE = ROOT / "samples" / "ud" / "en_gum-ud-dev-sample.conllu"
+
+
+def cut_conllu(src: Path, n_sentences: int, dst: Path) -> Path:
+    """The first n sentences of a CoNLL-U file (document comments kept)."""
+    out, seen = [], 0
+    for line in src.read_text(encoding="utf-8").splitlines(keepends=True):
+        out.append(line)
+        if not line.strip():
+            seen += 1
+            if seen == n_sentences:
+                break
+    dst.write_text("".join(out), encoding="utf-8")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def model() -> LoadedModel:
+    return load_model(None)
+
+
+@pytest.fixture(scope="session")
+def ewt_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A held-in corpus for exactness tests; ATLAS_TEST_CONLLU points the tests at any other UD file."""
+    path = tmp_path_factory.mktemp("corpus") / "ewt-small.conllu"
+    src = Path(os.environ.get("ATLAS_TEST_CONLLU", EWT_SAMPLE))
+    return cut_conllu(src, int(os.environ.get("ATLAS_TEST_SENTENCES", "150")), path)
+
+
+def make_store(root: Path, corpus: Path, model: LoadedModel, **settings: object) -> tuple[Store, str]:
+    store = Store(root)
+    result = ingest(corpus, store, model, Settings(**settings), progress=False)
+    return store, result.run_id
+
+
+@pytest.fixture(scope="session")
+def dense_store(tmp_path_factory, ewt_small, model) -> tuple[Store, str]:
+    return make_store(tmp_path_factory.mktemp("dense"), ewt_small, model, kept_mass=None)
+
+
+@pytest.fixture(scope="session")
+def sparse_store(tmp_path_factory, ewt_small, model) -> tuple[Store, str]:
+    return make_store(tmp_path_factory.mktemp("sparse"), ewt_small, model)

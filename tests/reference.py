@@ -1,0 +1,146 @@
+"""Independent dense computations that the store's answers are checked against.
+
+Nothing here uses the project's pipeline: a minimal CoNLL-U reader, transformers' own eager attention
+(``output_attentions=True``), the tokenizer's ``word_ids()`` for the word-piece alignment, and plain
+Python/numpy loops for Clark et al.'s word-level conversion and scoring.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+TIE_EPS = 1e-5  # two word-level weights closer than this are a tie that float rounding may break either way
+
+
+@dataclass
+class RefSentence:
+    forms: list[str]
+    heads: list[int]  # 0 = root, 1-based otherwise
+    deprels: list[str]
+
+
+def read_sentences(path: Path) -> list[RefSentence]:
+    out, cur = [], RefSentence([], [], [])
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            if cur.forms:
+                out.append(cur)
+            cur = RefSentence([], [], [])
+        elif not line.startswith("#"):
+            cols = line.split("\t")
+            if cols[0].isdigit():
+                cur.forms.append(cols[1])
+                cur.heads.append(int(cols[6]))
+                cur.deprels.append(cols[7])
+    if cur.forms:
+        out.append(cur)
+    return out
+
+
+def dense_attention(model_path: str, sentences: list[RefSentence]) -> list[tuple[np.ndarray, list[int | None]]]:
+    """Per sentence: attention ``[L, H, n, n]`` from transformers' eager path, and each token's word."""
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+    out = []
+    for s in sentences:
+        enc = tok(s.forms, is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            att = model(**enc, output_attentions=True).attentions
+        assert len(att) == model.config.num_hidden_layers and all(a is not None for a in att)
+        out.append((torch.stack([a[0] for a in att]).numpy().astype(np.float64), enc.word_ids()))
+    return out
+
+
+def word_map(attn_lh: np.ndarray, word_ids: list[int | None], n_words: int) -> np.ndarray:
+    """Word-level map of one head, with each special token as a unit of its own (loops, not matrices)."""
+    units: list[list[int]] = [[] for _ in range(n_words)]
+    for t, w in enumerate(word_ids):
+        if w is None:
+            units.append([t])
+        else:
+            units[w].append(t)
+    to_units = np.stack([attn_lh[:, dst].sum(axis=1) for dst in units], axis=1)  # TO a unit: sum
+    from_units = np.stack([to_units[src].mean(axis=0) for src in units])  # FROM a unit: mean
+    return from_units[:n_words, :n_words]
+
+
+@dataclass
+class Prediction:
+    best: int
+    near: set[int]  # words whose weight is within TIE_EPS of the best
+
+
+def predictions(attn: np.ndarray, word_ids: list[int | None], n_words: int) -> dict[tuple[int, int], list[Prediction]]:
+    """For every head: each word's most-attended other word (never itself, [CLS] or [SEP])."""
+    n_layers, n_heads = attn.shape[:2]
+    out = {}
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            wm = word_map(attn[layer, head], word_ids, n_words)
+            preds: list[Prediction | None] = []
+            for i in range(n_words if n_words > 1 else 0):
+                row = wm[i].copy()
+                row[i] = -np.inf
+                top = row.max()
+                near = {int(j) for j in np.nonzero(top - row < TIE_EPS)[0]}
+                preds.append(Prediction(int(np.nonzero(row == top)[0][0]), near))
+            out[layer, head] = preds
+    return out
+
+
+@dataclass
+class RelationResult:
+    n: int
+    best_head: str
+    direction: str
+    correct: int
+    ambiguous: int  # predictions of the best head that a near-tie could flip
+    baseline_offset: int
+    baseline_correct: int
+    counts: dict  # (layer, head, direction) -> (correct, ambiguous), for every head
+
+
+def best_heads(sentences: list[RefSentence], dense: list[tuple[np.ndarray, list[int | None]]], min_count: int) -> dict:
+    """Clark et al. Table 1 computed by plain loops: relation -> RelationResult."""
+    correct: dict = defaultdict(int)
+    ambiguous: dict = defaultdict(int)
+    totals: dict = defaultdict(int)
+    offsets: dict = defaultdict(int)
+    for s, (attn, word_ids) in zip(sentences, dense, strict=True):
+        preds = predictions(attn, word_ids, len(s.forms))
+        for dep, (gov1, rel) in enumerate(zip(s.heads, s.deprels, strict=True)):
+            if gov1 == 0:
+                continue
+            gov = gov1 - 1
+            for r in (rel, "all"):
+                totals[r] += 1
+                if gov - dep in (-3, -2, -1, 1, 2):
+                    offsets[r, gov - dep] += 1
+            for (layer, head), p in preds.items():
+                for direction, src, gold in (("dependent -> head", dep, gov), ("head -> dependent", gov, dep)):
+                    if p[src] is None:
+                        continue
+                    hit = p[src].best == gold
+                    flip = (gold in p[src].near) and len(p[src].near) > 1
+                    for r in (rel, "all"):
+                        correct[r, layer, head, direction] += hit
+                        ambiguous[r, layer, head, direction] += flip
+    results = {}
+    for r, n in totals.items():
+        if n < min_count:
+            continue
+        keys = [k for k in correct if k[0] == r]
+        _, layer, head, direction = min(keys, key=lambda k: (-correct[k], k[3], k[1], k[2]))
+        k = (r, layer, head, direction)
+        off = min((-3, -2, -1, 1, 2), key=lambda o: (-offsets[r, o], abs(o), -o))
+        counts = {key[1:]: (correct[key], ambiguous[key]) for key in keys}
+        results[r] = RelationResult(
+            n, f"{layer + 1}-{head + 1}", direction, correct[k], ambiguous[k], off, offsets[r, off], counts
+        )
+    return results
