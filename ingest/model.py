@@ -78,6 +78,8 @@ class LoadedModel:
     n_layers: int
     n_heads: int
     max_positions: int
+    random_init: bool = False
+    seed: int = 0
 
 
 def default_model_path() -> str:
@@ -142,6 +144,8 @@ def load_model(name: str | None, random_init: bool = False, seed: int = 0) -> Lo
         n_layers=config.num_hidden_layers,
         n_heads=config.num_attention_heads,
         max_positions=getattr(config, "max_position_embeddings", 512),
+        random_init=random_init,
+        seed=seed,
     )
 
 

@@ -68,13 +68,13 @@ def check_corpus(path: Path) -> CorpusInfo:
     return CorpusInfo(path, digest, n)
 
 
-def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, random_init: bool, seed: int) -> str:
+def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
     key = json.dumps(
-        [corpus.sha256, lm.model_hash, random_init, seed, settings.kept_mass, settings.max_length, settings.pack,
-         settings.chunk_examples],
+        [corpus.sha256, lm.model_hash, lm.random_init, lm.seed, settings.kept_mass, settings.max_length,
+         settings.pack, settings.chunk_examples],
     )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
-    suffix = f"-random{seed}" if random_init else ""
+    suffix = f"-random{lm.seed}" if lm.random_init else ""
     return f"{corpus.path.stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
@@ -127,8 +127,6 @@ def ingest(
     store: Store,
     lm: LoadedModel,
     settings: Settings,
-    random_init: bool = False,
-    seed: int = 0,
     progress: bool = True,
 ) -> IngestResult:
     if settings.pack not in PACK_MODES:
@@ -140,7 +138,7 @@ def ingest(
         raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
     settings = Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples)
     corpus = check_corpus(corpus_path)
-    run_id = run_id_for(corpus, lm, settings, random_init, seed)
+    run_id = run_id_for(corpus, lm, settings)
     final = store.data / run_id
     if final.is_dir():
         return IngestResult(run_id, True, 0, 0, 0)
@@ -181,8 +179,8 @@ def ingest(
         "model": lm.name,
         "model_source": lm.source,
         "model_hash": lm.model_hash,
-        "random_init": random_init,
-        "seed": seed,
+        "random_init": lm.random_init,
+        "seed": lm.seed,
         "n_layers": lm.n_layers,
         "n_heads": lm.n_heads,
         "corpus": corpus_path.name,

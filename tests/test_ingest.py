@@ -1,0 +1,150 @@
+"""Ingest: captured attention, resume after an interruption, packing, skipping, coreference mentions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ingest.pipeline as pipeline
+from atlas.errors import AtlasError
+from atlas.store import Store
+from ingest.model import load_model
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
+from tests.reference import dense_attention, read_sentences
+
+TABLES = ("runs", "examples", "tokens", "words", "mentions", "attn_edges", "attn_rows", "word_rows")
+
+
+def table(store: Store, name: str, run_id: str):
+    order = {"runs": "run_id", "examples": "example_id"}.get(name, "ALL")
+    sql = f"SELECT * EXCLUDE (run_id) FROM {name} WHERE run_id = ? ORDER BY {order}"
+    if name == "runs":
+        sql = "SELECT * EXCLUDE (created_at) FROM runs WHERE run_id = ?"
+    return store.connect().execute(sql, [run_id]).pl()
+
+
+def test_dense_edges_equal_transformers_eager_attention(dense_store, ewt_small, model):
+    store, run_id = dense_store
+    sentences = read_sentences(ewt_small)[:20]
+    con = store.connect()
+    for example_id, (attn, _) in enumerate(dense_attention(model.source, sentences)):
+        rows = con.execute(
+            "SELECT layer, head, src_tok, dst_tok, weight FROM attn_edges WHERE run_id = ? AND example_id = ?",
+            [run_id, example_id],
+        ).fetchnumpy()
+        got = np.zeros_like(attn)
+        got[rows["layer"], rows["head"], rows["src_tok"], rows["dst_tok"]] = rows["weight"]
+        np.testing.assert_allclose(got, attn, atol=2e-6)
+        stats = con.execute(
+            "SELECT entropy, max_weight, argmax_tok FROM attn_rows WHERE run_id = ? AND example_id = ? "
+            "ORDER BY layer, head, src_tok", [run_id, example_id]).fetchnumpy()
+        flat = attn.reshape(-1, attn.shape[-1])
+        np.testing.assert_allclose(stats["entropy"], -(flat * np.log(flat)).sum(axis=1), atol=1e-4)
+        np.testing.assert_allclose(stats["max_weight"], flat.max(axis=1), atol=2e-6)
+
+
+def test_every_attention_row_is_complete_in_the_sparse_store(sparse_store):
+    store, run_id = sparse_store
+    con = store.connect()
+    worst = con.execute(
+        "SELECT min(kept_mass), max(abs(r.kept_mass - e.mass)), bool_and(r.n_kept = e.n) FROM attn_rows r "
+        "JOIN (SELECT example_id, layer, head, src_tok, sum(weight) AS mass, count(*) AS n FROM attn_edges "
+        "      WHERE run_id = $run GROUP BY ALL) e USING (example_id, layer, head, src_tok) WHERE r.run_id = $run",
+        {"run": run_id},
+    ).fetchone()
+    assert worst[0] >= 0.9 - 1e-5 and worst[1] < 1e-4 and worst[2]
+
+
+def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatch):
+    corpus = cut_conllu(EWT_SAMPLE, 30, tmp_path / "c.conllu")
+    whole, run_id = make_store(tmp_path / "whole", corpus, model, chunk_examples=8)
+    calls = {"n": 0}
+    real = pipeline.write_chunk
+
+    def crash_on_third(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
+    store = Store(tmp_path / "resumed")
+    with pytest.raises(KeyboardInterrupt):
+        pipeline.ingest(corpus, store, model, pipeline.Settings(chunk_examples=8), progress=False)
+    assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
+    done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
+    assert done_before == ["00000.json", "00001.json"]
+
+    seen = []
+    monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real(d, chunk, t)))
+    result = pipeline.ingest(corpus, store, model, pipeline.Settings(chunk_examples=8), progress=False)
+    assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
+    for name in TABLES:
+        assert table(store, name, run_id).equals(table(whole, name, run_id)), name
+    assert not (store.staging / run_id).exists()
+
+
+def test_pair_packing_and_long_sentences_are_skipped_and_recorded(tmp_path, model):
+    corpus = cut_conllu(EWT_SAMPLE, 20, tmp_path / "c.conllu")
+    lengths = [len(s.forms) for s in read_sentences(corpus)]
+    store, run_id = make_store(tmp_path / "s", corpus, model, pack="pair", max_length=40)
+    con = store.connect()
+    ex = con.execute("SELECT n_sentences, n_tokens, skipped FROM examples ORDER BY example_id").fetchall()
+    assert all(n <= 40 for _, n, skipped in ex if not skipped)
+    skipped = sum(1 for _, _, s in ex if s)
+    assert skipped >= 1 and con.execute("SELECT n_skipped FROM runs").fetchone()[0] == skipped
+    assert sum(n for n, _, _ in ex) == len(lengths)
+    pair = con.execute(
+        "SELECT example_id FROM examples WHERE n_sentences = 2 AND NOT skipped ORDER BY example_id LIMIT 1"
+    ).fetchone()[0]
+    toks = con.execute(
+        "SELECT special, segment FROM tokens WHERE example_id = ? ORDER BY tok_idx", [pair]
+    ).fetchall()
+    specials = [(i, s) for i, (s, _) in enumerate(toks) if s]
+    assert specials[0] == (0, "[CLS]") and [s for _, s in specials] == ["[CLS]", "[SEP]", "[SEP]"]
+    first_sep = specials[1][0]
+    assert {seg for _, seg in toks[: first_sep + 1]} == {0} and {seg for _, seg in toks[first_sep + 1:]} == {1}
+    # words of the second sentence point to heads in the second sentence
+    bad = con.execute(
+        "SELECT count(*) FROM words w JOIN words h ON h.example_id = w.example_id AND h.word_idx = w.head_word_idx "
+        "WHERE w.sent_id <> h.sent_id"
+    ).fetchone()[0]
+    assert bad == 0
+
+
+def test_window_packing_keeps_mentions_inside_inputs(tmp_path, model):
+    store, run_id = make_store(tmp_path / "s", GUM_SAMPLE, model, pack="window", max_length=128)
+    con = store.connect()
+    n_examples, n_mentions = con.execute("SELECT count(*), (SELECT count(*) FROM mentions) FROM examples").fetchone()
+    assert n_examples < 52 and n_mentions > 300
+    assert con.execute("SELECT max(n_tokens) FROM examples WHERE NOT skipped").fetchone()[0] <= 128
+    # the single-word mention 'Introduction' (entity 1) and a hand-checked span with its head word
+    first = con.execute(
+        "SELECT m.entity_id, w.form, m.mention_type FROM mentions m JOIN words w "
+        "ON w.example_id = m.example_id AND w.word_idx = m.head_word WHERE m.example_id = 0 AND m.mention_id = 0"
+    ).fetchone()
+    assert first == ("1", "Introduction", "nominal")
+    assert con.execute(
+        "SELECT count(*) FROM mentions m JOIN words w ON w.example_id = m.example_id AND w.word_idx = m.head_word "
+        "WHERE (w.upos = 'PRON') <> (m.mention_type = 'pronoun')"
+    ).fetchone()[0] == 0
+
+
+def test_random_init_is_seeded_and_differs(tmp_path, model):
+    corpus = cut_conllu(EWT_SAMPLE, 2, tmp_path / "c.conllu")
+    a = load_model(None, random_init=True, seed=7)
+    b = load_model(None, random_init=True, seed=7)
+    c = load_model(None, random_init=True, seed=8)
+    assert a.model_hash == b.model_hash != c.model_hash != model.model_hash
+    sa, ra = make_store(tmp_path / "a", corpus, a, kept_mass=None)
+    sb, rb = make_store(tmp_path / "b", corpus, b, kept_mass=None)
+    assert ra == rb and "random7" in ra
+    assert table(sa, "attn_edges", ra).equals(table(sb, "attn_edges", rb))
+
+
+def test_model_whose_attention_is_not_captured_is_refused(tmp_path):
+    lm = load_model(None)
+    lm.model.config._attn_implementation = "sdpa"  # attention no longer routes through the capture function
+    corpus = cut_conllu(EWT_SAMPLE, 2, tmp_path / "c.conllu")
+    with pytest.raises(AtlasError, match="captured for 0 of 6 layers"):
+        make_store(tmp_path / "s", corpus, lm)
