@@ -21,6 +21,7 @@ CREATE TABLE runs (
     pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
+    weight_precision VARCHAR,    -- float32: exact weights (dense); float16: rounded to float16 precision
     n_sentences INTEGER,
     n_examples INTEGER,          -- inputs run through the model
     n_skipped INTEGER,           -- sentences skipped because they exceed max_length
@@ -98,7 +99,7 @@ CREATE TABLE attn_edges (
     head TINYINT,                -- 0-based
     src_tok SMALLINT,            -- the attending token (query)
     dst_tok SMALLINT,            -- the attended token (key)
-    weight FLOAT
+    weight FLOAT                 -- exact (dense setting) or rounded to float16 precision (runs.weight_precision)
 );
 
 -- One attention row, with statistics computed exactly from the dense row before sparsifying.

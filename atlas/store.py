@@ -41,7 +41,8 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     """Write a Parquet file atomically: a temporary name, fsync, then rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    pq.write_table(table, tmp, compression="zstd", use_byte_stream_split=floats or False)
     with tmp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)

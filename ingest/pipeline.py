@@ -188,6 +188,7 @@ def ingest(
         "pack": settings.pack,
         "max_length": max_length,
         "kept_mass": settings.kept_mass,
+        "weight_precision": "float32" if settings.kept_mass is None else "float16",
         "n_sentences": corpus.n_sentences,
         "n_examples": totals["examples"],
         "n_skipped": totals["skipped"],

@@ -25,11 +25,13 @@ def test_kept_mass_rule_is_the_smallest_top_set_reaching_the_target(target):
             for src in range(9):
                 row = attn[layer, head, src]
                 sel = (edges["layer"] == layer) & (edges["head"] == head) & (edges["src_tok"] == src)
-                kept = np.sort(edges["weight"][sel])[::-1]
+                kept = np.sort(row[edges["dst_tok"][sel]])[::-1]  # exact weights of the kept edges
                 assert row.argmax() in edges["dst_tok"][sel]
                 assert kept.sum() >= target - 1e-6
                 assert kept[:-1].sum() < target  # one fewer edge would not reach it
                 np.testing.assert_array_equal(kept, np.sort(row)[::-1][: len(kept)])
+                # stored weights are the kept weights at float16 precision
+                np.testing.assert_allclose(edges["weight"][sel], row[edges["dst_tok"][sel]], rtol=2**-11, atol=1e-7)
 
 
 def test_row_statistics_are_exact():
