@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -51,8 +52,8 @@ def write_parquet(table: pa.Table, path: Path) -> None:
 def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     """Build a table of the store, cast to the schema of schema.sql.
 
-    A column is an array or list of ``n_rows`` values, or a scalar repeated on every row; a column
-    not given is all NULL.
+    A column is an array or list of ``n_rows`` values, or a scalar repeated on every row (a repeated
+    string is dictionary-encoded, so a run id costs nothing per row); a column not given is all NULL.
     """
     schema = table_schemas()[name]
     unknown = set(columns) - set(schema.names)
@@ -61,11 +62,14 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     arrays = []
     for field in schema:
         value = columns.get(field.name)
-        if value is None or isinstance(value, str | int | float | bool):
+        if isinstance(value, str):
+            indices = pa.array(np.zeros(n_rows, dtype=np.int32))
+            arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value], field.type)))
+        elif value is None or isinstance(value, int | float | bool):
             arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
         else:
             arrays.append(pa.array(value).cast(field.type))
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(arrays, names=schema.names)
 
 
 class Store:

@@ -12,6 +12,7 @@ import json
 import re
 import shutil
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
@@ -122,6 +123,14 @@ def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settin
     return rows
 
 
+def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marker: Path) -> None:
+    """Write a chunk's tables, then mark it done (the marker is what a resumed ingest trusts)."""
+    write_chunk(staging, chunk, rows.tables())
+    tmp = marker.with_name(f".{marker.name}.tmp")
+    tmp.write_text(json.dumps(counts))
+    tmp.replace(marker)
+
+
 def ingest(
     corpus_path: Path,
     store: Store,
@@ -151,7 +160,11 @@ def ingest(
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
     sentences = _aligned(lm, read_conllu(corpus_path))
     examples = group_examples(sentences, settings.pack, max_length)
-    with tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar:
+    # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
+    with ThreadPoolExecutor(max_workers=1) as writer, tqdm(
+        total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress
+    ) as bar:
+        pending: Future | None = None
         chunk = 0
         while block := list(islice(examples, settings.chunk_examples)):
             marker = staging / "done" / f"{chunk:05d}.json"
@@ -160,19 +173,20 @@ def ingest(
                 bar.update(sum(len(e.sentences) for e in block))
             else:
                 rows = _process_chunk(lm, run_id, block, settings, bar)
-                write_chunk(staging, chunk, rows.tables())
                 counts = {
                     "examples": sum(not e.skipped for e in block),
                     "skipped": sum(e.skipped for e in block),
                     "tokens": rows.n_tokens,
                     "edges": rows.n_edges,
                 }
-                tmp = marker.with_name(f".{marker.name}.tmp")
-                tmp.write_text(json.dumps(counts))
-                tmp.replace(marker)
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
             for key in totals:
                 totals[key] += counts[key]
             chunk += 1
+        if pending is not None:
+            pending.result()
 
     run_row = {
         "run_id": run_id,

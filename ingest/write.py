@@ -67,7 +67,7 @@ class ChunkRows:
         self._words(ex, lay)
         for name, cols in (("attn_edges", edges), ("attn_rows", rows), ("word_rows", word_rows)):
             n = len(next(iter(cols.values())))
-            self.arrays[name].append({"example_id": np.full(n, ex.example_id), **cols})
+            self.arrays[name].append({"example_id": np.full(n, ex.example_id, dtype=np.int32), **cols})
         self.n_edges += len(edges["weight"])
 
     def _words(self, ex: Example, lay: Layout) -> None:
