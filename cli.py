@@ -90,12 +90,15 @@ def ingest(corpus: Path, model: str | None, random_init: bool, seed: int, kept_m
 @format_option
 def runs(store_path: str | None, fmt: str) -> None:
     """List the runs in the store."""
-    con = _store(store_path).connect()
+    store = _store(store_path)
+    con = store.connect()
     df = con.execute(
         "SELECT run_id, model, random_init, corpus, pack, kept_mass, n_examples, n_skipped, n_edges, created_at "
         "FROM runs ORDER BY created_at"
     ).pl()
     emit(df, fmt, None)
+    for run_id in store.unfinished_runs():
+        click.echo(f"unfinished (interrupted) ingest: {run_id}; re-run the same 'atlas ingest' to resume", err=True)
 
 
 @cli.command()

@@ -21,7 +21,8 @@ CREATE TABLE runs (
     pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
-    weight_precision VARCHAR,    -- float32: exact weights (dense); float16: rounded to float16 precision
+    weight_precision VARCHAR,    -- float32: exact (dense); float16: stored weights (edge weight, max_weight,
+                                 --   kept_mass, word_rows.weight) rounded to float16 precision
     n_sentences INTEGER,
     n_examples INTEGER,          -- inputs run through the model
     n_skipped INTEGER,           -- sentences skipped because they exceed max_length
@@ -99,10 +100,11 @@ CREATE TABLE attn_edges (
     head TINYINT,                -- 0-based
     src_tok SMALLINT,            -- the attending token (query)
     dst_tok SMALLINT,            -- the attended token (key)
-    weight FLOAT                 -- exact (dense setting) or rounded to float16 precision (runs.weight_precision)
+    weight FLOAT                 -- at runs.weight_precision
 );
 
--- One attention row, with statistics computed exactly from the dense row before sparsifying.
+-- One attention row, with statistics computed from the dense row before sparsifying (entropy and argmax
+-- exact; max_weight and kept_mass at runs.weight_precision).
 CREATE TABLE attn_rows (
     run_id VARCHAR,
     example_id INTEGER,
@@ -118,7 +120,7 @@ CREATE TABLE attn_rows (
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over
 -- its pieces, [CLS]/[SEP] as units of their own): the other real word the word attends to most.
--- Computed from the dense map, so exact whatever the edge sparsity.
+-- Computed from the dense map, so the prediction is exact whatever the edge sparsity.
 CREATE TABLE word_rows (
     run_id VARCHAR,
     example_id INTEGER,
@@ -126,5 +128,5 @@ CREATE TABLE word_rows (
     head TINYINT,
     src_word SMALLINT,           -- the attending word
     dst_word SMALLINT,           -- most-attended word other than itself, [CLS] and [SEP]
-    weight FLOAT                 -- its word-level attention weight
+    weight FLOAT                 -- its word-level attention weight (at runs.weight_precision)
 );

@@ -43,7 +43,10 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-    pq.write_table(table, tmp, compression="zstd", use_byte_stream_split=floats or False)
+    others = [f.name for f in table.schema if f.name not in floats]
+    # floats: byte-stream split (no dictionary), which lets zstd squeeze the zero low bytes of
+    # weights stored at float16 precision
+    pq.write_table(table, tmp, compression="zstd", use_dictionary=others, use_byte_stream_split=floats or False)
     with tmp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
@@ -98,6 +101,11 @@ class Store:
             con.close()
         os.replace(tmp, self.db)
 
+    def _view_state(self) -> str:
+        """What the views depend on: the store's location and which tables have Parquet files."""
+        backed = [name for name in table_schemas() if any(self.data.glob(f"*/{name}/*.parquet"))]
+        return f"{self.root.resolve()}|{','.join(backed)}"
+
     def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         # the declared (empty) tables, so that a table no run has written yet still has its columns
@@ -105,35 +113,43 @@ class Store:
         con.execute(SCHEMA_FILE.read_text())
         con.execute("USE main")
         for name in table_schemas():
-            pattern = self.data.resolve() / "*" / name / "*.parquet"
             if any(self.data.glob(f"*/{name}/*.parquet")):
+                pattern = str(self.data.resolve() / "*" / name / "*.parquet").replace("'", "''")
                 source = f"read_parquet('{pattern}', union_by_name = true, hive_partitioning = false)"
             else:
                 source = f"declared.{name}"
             con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")
-        con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('store_path', ?)", [str(self.root.resolve())])
+        con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('view_state', ?)", [self._view_state()])
+
+    def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
+        try:
+            return duckdb.connect(str(self.db), read_only=read_only)
+        except duckdb.Error as exc:
+            raise AtlasError(f"{self.db}: cannot open the store ({str(exc).splitlines()[0]})") from None
 
     def refresh_views(self) -> None:
-        con = duckdb.connect(str(self.db))
+        con = self._open(read_only=False)
         try:
             self._write_views(con)
         finally:
             con.close()
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """A read-only connection; views are re-pointed first if the store folder was moved."""
+        """A read-only connection; the views are re-pointed first if the store folder moved or a table
+        got its first Parquet files since they were written."""
         if not self.exists():
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
-        con = duckdb.connect(str(self.db), read_only=True)
-        recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'store_path'").fetchone()
-        if recorded is None or recorded[0] != str(self.root.resolve()):
+        con = self._open(read_only=True)
+        recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'view_state'").fetchone()
+        if recorded is None or recorded[0] != self._view_state():
             con.close()
             self.refresh_views()
-            con = duckdb.connect(str(self.db), read_only=True)
+            con = self._open(read_only=True)
         return con
 
-    def run_ids(self) -> list[str]:
-        return sorted(p.name for p in self.data.iterdir() if p.is_dir()) if self.data.is_dir() else []
+    def unfinished_runs(self) -> list[str]:
+        """Runs whose ingest was interrupted (re-running the same ingest resumes them)."""
+        return sorted(p.name for p in self.staging.iterdir()) if self.staging.is_dir() else []
 
     def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
         row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()

@@ -65,8 +65,11 @@ def check_corpus(path: Path) -> CorpusInfo:
     n = sum(1 for _ in read_conllu(path))
     if n == 0:
         raise AtlasError(f"{path}: the corpus holds no sentence")
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return CorpusInfo(path, digest, n)
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return CorpusInfo(path, digest.hexdigest(), n)
 
 
 def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
@@ -110,7 +113,7 @@ def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settin
         maps = attention(lm, [(lay.input_ids, lay.segments) for lay in layouts])
         for ex, lay, attn in zip(batch, layouts, maps, strict=True):
             edges, stats = sparsify(attn, settings.kept_mass)
-            done[ex.example_id] = (lay, edges, stats, word_rows(attn, lay.token_word))
+            done[ex.example_id] = (lay, edges, stats, word_rows(attn, lay.token_word, settings.kept_mass))
         bar.update(sum(len(e.sentences) for e in batch))
     for ex in examples:  # corpus order
         if ex.skipped:

@@ -1,10 +1,12 @@
 """Stage 4: turn one input's dense attention ``[layers, heads, n, n]`` into store rows.
 
 - edges: per attention row, the largest weights until the kept-mass target is reached (the argmax is
-  always kept), with weights rounded to float16 precision (relative error at most 2**-11; half the
-  bytes on disk); ``kept_mass=None`` is the dense setting: every weight, exact float32.
-- rows: exact per-row statistics from the dense row: entropy (nats), max weight, argmax, kept mass and
+  always kept); ``kept_mass=None`` is the dense setting: every weight kept.
+- rows: per-row statistics from the dense row: entropy (nats), max weight, argmax, kept mass and
   number of kept edges.
+In the sparse setting every stored weight (edge weights, max weight, kept mass, word-level weight) is
+rounded to float16 precision (relative error at most 2**-11), which halves its bytes on disk; entropy,
+argmax and counts are exact. The dense setting stores everything in exact float32.
 - word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word =
   mean over its pieces, [CLS]/[SEP] as units of their own); for every word, the other real word it
   attends to most (never itself, [CLS] or [SEP]) and that weight. Exact whatever the edge sparsity.
@@ -24,6 +26,11 @@ def _row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndar
     return (r // (n_heads * n)).astype(np.int8), ((r // n) % n_heads).astype(np.int8), (r % n).astype(np.int16)
 
 
+def _stored(weights: torch.Tensor, kept_mass: float | None) -> torch.Tensor:
+    """Weights as stored: exact in the dense setting, at float16 precision (as float32) otherwise."""
+    return weights if kept_mass is None else weights.half().float()
+
+
 def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Columns]:
     """Return (edges, rows) column arrays for one input (sorting done with torch: multithreaded)."""
     n_layers, n_heads, n, _ = attn.shape
@@ -38,8 +45,6 @@ def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Column
     cell, _ = torch.sort(r_idx * n + order[r_idx, k_idx])  # edges ordered by row, then destination
     r_idx, dst = cell // n, cell % n
     weight = rows[r_idx, dst]
-    if kept_mass is not None:
-        weight = weight.half().float()
     layer, head, src = _row_index(n_layers, n_heads, n)
     r = r_idx.numpy()
     edges = {
@@ -47,7 +52,7 @@ def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Column
         "head": head[r],
         "src_tok": src[r],
         "dst_tok": dst.numpy().astype(np.int16),
-        "weight": weight.numpy(),
+        "weight": _stored(weight, kept_mass).numpy(),
     }
     plogp = torch.where(rows > 0, rows * torch.log(rows), 0.0)
     stats = {
@@ -55,15 +60,15 @@ def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Column
         "head": head,
         "src_tok": src,
         "entropy": (-plogp.double().sum(dim=1)).float().numpy(),
-        "max_weight": ranked[:, 0].numpy(),
+        "max_weight": _stored(ranked[:, 0], kept_mass).numpy(),
         "argmax_tok": order[:, 0].numpy().astype(np.int16),
-        "kept_mass": (ranked.double() * keep).sum(dim=1).float().numpy(),
+        "kept_mass": _stored((ranked.double() * keep).sum(dim=1).float(), kept_mass).numpy(),
         "n_kept": keep.sum(dim=1).numpy().astype(np.int16),
     }
     return edges, stats
 
 
-def word_rows(attn: np.ndarray, token_word: list[int | None]) -> Columns:
+def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float | None) -> Columns:
     """Word-level argmax rows for one input; ``token_word[t]`` is the word of token t (None: special)."""
     n_layers, n_heads, n, _ = attn.shape
     n_words = 1 + max((w for w in token_word if w is not None), default=-1)
@@ -93,5 +98,5 @@ def word_rows(attn: np.ndarray, token_word: list[int | None]) -> Columns:
         "head": head,
         "src_word": src,
         "dst_word": best.reshape(-1).astype(np.int16),
-        "weight": weight.reshape(-1).astype(np.float32),
+        "weight": _stored(torch.from_numpy(weight.reshape(-1).astype(np.float32)), kept_mass).numpy(),
     }

@@ -52,7 +52,7 @@ def test_every_attention_row_is_complete_in_the_sparse_store(sparse_store):
         "      WHERE run_id = $run GROUP BY ALL) e USING (example_id, layer, head, src_tok) WHERE r.run_id = $run",
         {"run": run_id},
     ).fetchone()
-    assert worst[0] >= 0.9 - 1e-5 and worst[1] < 5e-4 and worst[2]  # edge weights at float16 precision
+    assert worst[0] >= 0.9 * (1 - 2**-11) and worst[1] < 2 * 2**-11 and worst[2]  # weights at float16 precision
 
 
 def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatch):
