@@ -55,17 +55,41 @@ def cli() -> None:
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
 @click.option("--seed", default=0, show_default=True, help="Seed of --random-init.")
-@click.option("--kept-mass", default=0.9, show_default=True, type=float,
-              help="Per attention row, keep the largest weights until this mass is reached.")
+@click.option(
+    "--kept-mass",
+    default=0.9,
+    show_default=True,
+    type=float,
+    help="Per attention row, keep the largest weights until this mass is reached.",
+)
 @click.option("--dense", is_flag=True, help="Keep every attention weight (exact; larger store).")
-@click.option("--max-length", type=int, default=None,
-              help="Longest input in word pieces (default: the model's); longer sentences are skipped.")
-@click.option("--pack", type=click.Choice(["none", "pair", "window"]), default="none", show_default=True,
-              help="none: one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to --max-length.")
+@click.option(
+    "--max-length",
+    type=int,
+    default=None,
+    help="Longest input in word pieces (default: the model's); longer sentences are skipped.",
+)
+@click.option(
+    "--pack",
+    type=click.Choice(["none", "pair", "window"]),
+    default="none",
+    show_default=True,
+    help="none: one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to --max-length.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
-def ingest(corpus: Path, model: str | None, random_init: bool, seed: int, kept_mass: float, dense: bool,
-           max_length: int | None, pack: str, quiet: bool, store_path: str | None) -> None:
+def ingest(
+    corpus: Path,
+    model: str | None,
+    random_init: bool,
+    seed: int,
+    kept_mass: float,
+    dense: bool,
+    max_length: int | None,
+    pack: str,
+    quiet: bool,
+    store_path: str | None,
+) -> None:
     """Run a model over a corpus and add the run to the store (resumes if interrupted)."""
     from ingest.model import load_model
     from ingest.pipeline import Settings, check_corpus
@@ -134,8 +158,15 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 @store_option
 @format_option
 @out_option
-def query(phrase: str, run_id: str | None, params: tuple[str, ...], describe: bool, store_path: str | None,
-          fmt: str, out: Path | None) -> None:
+def query(
+    phrase: str,
+    run_id: str | None,
+    params: tuple[str, ...],
+    describe: bool,
+    store_path: str | None,
+    fmt: str,
+    out: Path | None,
+) -> None:
     """Run a catalogue entry named by PHRASE (a name, an alias or close words)."""
     entry = resolve(phrase)
     if describe:

@@ -45,14 +45,14 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def forward_pass(lm: LoadedModel, corpus: Path, keep: bool) -> tuple[float, list[dict]]:
+def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) -> tuple[float, list[dict]]:
     """The ingest's reading, grouping and batched forward pass, writing nothing. Returns the time spent
     (less the time spent keeping float16 copies for the numpy baseline) and the kept inputs."""
     kept: list[dict] = []
     copy_time = 0.0
     start = time.perf_counter()
     tok = lm.tokenizer
-    examples = group_examples(_aligned(lm, read_conllu(corpus)), "none", lm.max_positions)
+    examples = group_examples(_aligned(lm, read_conllu(corpus)), settings.pack, settings.max_length or lm.max_positions)
     while block := list(islice(examples, CHUNK_EXAMPLES)):
         for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads):
             layouts = [layout(e, tok.cls_token_id, tok.sep_token_id) for e in batch]
@@ -60,16 +60,18 @@ def forward_pass(lm: LoadedModel, corpus: Path, keep: bool) -> tuple[float, list
             if keep:
                 t0 = time.perf_counter()
                 for ex, lay, attn in zip(batch, layouts, maps, strict=True):
-                    words = [w for _, w in ex.words]
-                    kept.append({
-                        "example_id": ex.example_id,
-                        "attn": attn.astype(np.float16),
-                        "token_word": lay.token_word,
-                        "special": lay.special,
-                        "pieces": lay.input_ids,
-                        "heads": [w.head for w in words],
-                        "deprels": [w.deprel for w in words],
-                    })
+                    offsets = ex.word_offsets()
+                    kept.append(
+                        {
+                            "example_id": ex.example_id,
+                            "attn": attn.astype(np.float16),
+                            "token_word": lay.token_word,
+                            "special": lay.special,
+                            "pieces": lay.input_ids,
+                            "govs": [offsets[s.index] + w.head - 1 if w.head else None for s, w in ex.words],
+                            "deprels": [w.deprel for _, w in ex.words],
+                        }
+                    )
                 copy_time += time.perf_counter() - t0
     return time.perf_counter() - start - copy_time, sorted(kept, key=lambda k: k["example_id"])
 
@@ -81,7 +83,7 @@ def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str,
     for item in inputs:
         attn = item["attn"].astype(np.float32)
         tw = item["token_word"]
-        n_words = len(item["heads"])
+        n_words = len(item["govs"])
         if n_words < 2:
             continue
         specials = iter(range(n_words, n_words + len(tw)))
@@ -94,10 +96,9 @@ def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str,
         idx = np.arange(n_words)
         wm[:, :, idx, idx] = -np.inf
         pred = wm.argmax(-1)  # [L, H, words]
-        for dep, (head, rel) in enumerate(zip(item["heads"], item["deprels"], strict=True)):
-            if not head:
+        for dep, (gov, rel) in enumerate(zip(item["govs"], item["deprels"], strict=True)):
+            if gov is None:
                 continue
-            gov = head - 1
             for r in (rel, "all"):
                 totals[r] += 1
                 correct[r, "dependent -> head"] = correct[r, "dependent -> head"] + (pred[:, :, dep] == gov)
@@ -107,8 +108,10 @@ def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str,
         if n < min_count:
             continue
         best = max(
-            ((int(correct[r, d].max()), d, np.unravel_index(correct[r, d].argmax(), correct[r, d].shape))
-             for d in ("dependent -> head", "head -> dependent")),
+            (
+                (int(correct[r, d].max()), d, np.unravel_index(correct[r, d].argmax(), correct[r, d].shape))
+                for d in ("dependent -> head", "head -> dependent")
+            ),
             key=lambda x: x[0],
         )
         out[r] = (f"{best[2][0] + 1}-{best[2][1] + 1}", best[1], round(100 * best[0] / n, 2))
@@ -165,7 +168,7 @@ def exact_surface(inputs: list[dict], lm: LoadedModel) -> np.ndarray:
     return sums / rows
 
 
-def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, work: Path) -> None:
+def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work: Path) -> None:
     subset = work / f"{corpus.stem}-first{n_sentences}.conllu"
     lines, seen = [], 0
     for line in corpus.read_text(encoding="utf-8").splitlines(keepends=True):
@@ -175,17 +178,20 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, work: Path) -> None:
             if seen == n_sentences:
                 break
     subset.write_text("".join(lines), encoding="utf-8")
-    _, inputs = forward_pass(lm, subset, keep=True)
+    _, inputs = forward_pass(lm, subset, base, keep=True)
     dense_bytes = sum(i["attn"].nbytes for i in inputs)
     dense_weights = sum(i["attn"].size for i in inputs)
     exact = exact_surface(inputs, lm)
     print(f"\n## kept-mass sweep on the first {n_sentences} sentences ({len(inputs)} inputs)")
-    print(f"{'kept mass':>10} {'edges kept':>11} {'store/dense':>12} {'edges/dense':>12} {'ingest s':>9}"
-          f" {'max err cls':>12} {'sep':>7} {'punct':>7} {'prev':>7} {'next':>7}")
+    print(
+        f"{'kept mass':>10} {'edges kept':>11} {'store/dense':>12} {'edges/dense':>12} {'ingest s':>9}"
+        f" {'max err cls':>12} {'sep':>7} {'punct':>7} {'prev':>7} {'next':>7}"
+    )
     for target in (0.8, 0.9, 0.95, 0.99, None):
         root = work / f"sweep-{target}"
         t0 = time.perf_counter()
-        result = ingest(subset, Store(root), lm, Settings(kept_mass=target), progress=False)
+        settings = Settings(kept_mass=target, max_length=base.max_length, pack=base.pack)
+        result = ingest(subset, Store(root), lm, settings, progress=False)
         seconds = time.perf_counter() - t0
         store = Store(root)
         con = store.connect()
@@ -193,9 +199,11 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, work: Path) -> None:
         err = np.abs(got.reshape(exact.shape) - exact).max(axis=(0, 1))
         con.close()
         run_dir = store.data / result.run_id
-        print(f"{'dense' if target is None else target:>10} {result.n_edges / dense_weights:>11.1%} "
-              f"{dir_bytes(run_dir) / dense_bytes:>12.3f} {dir_bytes(run_dir / 'attn_edges') / dense_bytes:>12.3f} "
-              f"{seconds:>9.1f} " + " ".join(f"{e:>7.4f}" for e in err))
+        print(
+            f"{'dense' if target is None else target:>10} {result.n_edges / dense_weights:>11.1%} "
+            f"{dir_bytes(run_dir) / dense_bytes:>12.3f} {dir_bytes(run_dir / 'attn_edges') / dense_bytes:>12.3f} "
+            f"{seconds:>9.1f} " + " ".join(f"{e:>7.4f}" for e in err)
+        )
         shutil.rmtree(root)
 
 
@@ -205,24 +213,31 @@ def main() -> None:
     parser.add_argument("--kept-mass", type=float, default=Settings().kept_mass)
     parser.add_argument("--min-count", type=int, default=100)
     parser.add_argument("--sweep-sentences", type=int, default=0)
+    parser.add_argument("--pack", choices=["none", "pair", "window"], default="none")
+    parser.add_argument("--max-length", type=int, default=None)
     args = parser.parse_args()
+    settings = Settings(kept_mass=args.kept_mass, max_length=args.max_length, pack=args.pack)
 
     lm = load_model(None)
     n_sentences = sum(1 for _ in read_conllu(args.corpus))
-    print(f"# {args.corpus.name}: {n_sentences:,} sentences; model {lm.name} ({lm.n_layers} x {lm.n_heads} heads);"
-          f" {os.cpu_count()} CPU cores")
+    print(
+        f"# {args.corpus.name}: {n_sentences:,} sentences; model {lm.name} ({lm.n_layers} x {lm.n_heads} heads);"
+        f" {os.cpu_count()} CPU cores; pack {args.pack}, max length {args.max_length or lm.max_positions}"
+    )
     work = Path(tempfile.mkdtemp(prefix="atlas-bench-"))
     try:
-        forward_s, inputs = forward_pass(lm, args.corpus, keep=True)
+        forward_s, inputs = forward_pass(lm, args.corpus, settings, keep=True)
         t0 = time.perf_counter()
-        result = ingest(args.corpus, Store(work / "store"), lm, Settings(kept_mass=args.kept_mass), progress=False)
+        result = ingest(args.corpus, Store(work / "store"), lm, settings, progress=False)
         ingest_s = time.perf_counter() - t0
         store = Store(work / "store")
         run_dir = store.data / result.run_id
         dense_bytes = sum(i["attn"].nbytes for i in inputs)
         n_tokens = sum(i["attn"].shape[-1] for i in inputs)
-        print(f"inputs: {len(inputs):,}; word pieces: {n_tokens:,}; attention weights: "
-              f"{sum(i['attn'].size for i in inputs):,}; edges kept at {args.kept_mass}: {result.n_edges:,}")
+        print(
+            f"inputs: {len(inputs):,}; word pieces: {n_tokens:,}; attention weights: "
+            f"{sum(i['attn'].size for i in inputs):,}; edges kept at {args.kept_mass}: {result.n_edges:,}"
+        )
         print("\n## time")
         print(f"forward pass only (attention captured, nothing written): {forward_s:8.1f} s")
         print(f"full ingest (kept mass {args.kept_mass}):                     {ingest_s:8.1f} s")
@@ -240,6 +255,7 @@ def main() -> None:
         ref = numpy_best_heads(inputs, args.min_count)
         numpy_s = time.perf_counter() - t0
         sql = {r["relation"]: (r["best_head"], r["direction"], r["accuracy"]) for r in df.iter_rows(named=True)}
+
         def agrees(r: str, v: tuple) -> bool:
             return r in sql and sql[r][:2] == v[:2] and abs(sql[r][2] - v[2]) <= 0.01
 
@@ -253,7 +269,7 @@ def main() -> None:
                 print(f"  differs: {r}: SQL {sql.get(r)} vs numpy {v}")
         del inputs
         if args.sweep_sentences:
-            sweep(lm, args.corpus, args.sweep_sentences, work)
+            sweep(lm, args.corpus, args.sweep_sentences, settings, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -74,8 +74,16 @@ def check_corpus(path: Path) -> CorpusInfo:
 
 def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
     key = json.dumps(
-        [corpus.sha256, lm.model_hash, lm.random_init, lm.seed, settings.kept_mass, settings.max_length,
-         settings.pack, settings.chunk_examples],
+        [
+            corpus.sha256,
+            lm.model_hash,
+            lm.random_init,
+            lm.seed,
+            settings.kept_mass,
+            settings.max_length,
+            settings.pack,
+            settings.chunk_examples,
+        ],
     )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
     suffix = f"-random{lm.seed}" if lm.random_init else ""
@@ -164,9 +172,10 @@ def ingest(
     sentences = _aligned(lm, read_conllu(corpus_path))
     examples = group_examples(sentences, settings.pack, max_length)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
-    with ThreadPoolExecutor(max_workers=1) as writer, tqdm(
-        total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress
-    ) as bar:
+    with (
+        ThreadPoolExecutor(max_workers=1) as writer,
+        tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
+    ):
         pending: Future | None = None
         chunk = 0
         while block := list(islice(examples, settings.chunk_examples)):

@@ -100,8 +100,7 @@ class ChunkRows:
             words["first_tok"].append(first_tok[idx])
             words["n_toks"].append(n_toks[idx])
         spans = sorted(
-            (offsets[m.start[0]] + m.start[1] - 1, offsets[m.end[0]] + m.end[1] - 1, m.entity_id)
-            for m in ex.mentions()
+            (offsets[m.start[0]] + m.start[1] - 1, offsets[m.end[0]] + m.end[1] - 1, m.entity_id) for m in ex.mentions()
         )
         mentions = self.lists["mentions"]
         for mention_id, (first, last, entity) in enumerate(spans):

@@ -42,8 +42,10 @@ def store_dir(tmp_path_factory) -> Path:
 BAD = {
     "columns": ("# sent_id = a\n1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\n\n", "c.conllu:2: expected 10 tab-separated"),
     "head": ("# sent_id = a\n1\tI\tI\tPRON\tPRP\t_\tone\troot\t_\t_\n\n", "c.conllu:2: HEAD 'one' is not an integer"),
-    "range": ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n2\tgo\tgo\tVERB\tVB\t_\t5\txcomp\t_\t_\n\n",
-              "c.conllu:2: HEAD 5 is out of range"),
+    "range": (
+        "1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n2\tgo\tgo\tVERB\tVB\t_\t5\txcomp\t_\t_\n\n",
+        "c.conllu:2: HEAD 5 is out of range",
+    ),
     "entity": ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=(e1\n\n", "c.conllu:1: Entity bracket '(e1' is never"),
     "empty": ("# just a comment\n\n", "c.conllu: the corpus holds no sentence"),
 }
@@ -94,17 +96,33 @@ def test_duckdb_cli_reads_the_store(store_dir):
     duckdb_cli = shutil.which("duckdb", path=str(Path(sys.executable).parent)) or shutil.which("duckdb")
     assert duckdb_cli, "the DuckDB CLI (PyPI duckdb-cli) is a dev dependency"
     out = subprocess.run(
-        [duckdb_cli, str(store_dir / "atlas.duckdb"), "-csv", "-noheader", "-c",
-         "SELECT count(*) FROM attn_edges", "-c", "SELECT sum(n_edges) FROM runs"],
-        capture_output=True, text=True, check=True,
+        [
+            duckdb_cli,
+            str(store_dir / "atlas.duckdb"),
+            "-csv",
+            "-noheader",
+            "-c",
+            "SELECT count(*) FROM attn_edges",
+            "-c",
+            "SELECT sum(n_edges) FROM runs",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split()
     assert out[0] == out[1] and int(out[0]) > 0
 
 
 @pytest.mark.parametrize(
     "statement",
-    ["DELETE FROM runs", "CREATE TABLE x AS SELECT 1", "COPY runs TO '/tmp/x.csv'", "DROP VIEW runs",
-     "INSERT INTO atlas_meta VALUES ('a', 'b')", "SELECT 1; DELETE FROM runs"],
+    [
+        "DELETE FROM runs",
+        "CREATE TABLE x AS SELECT 1",
+        "COPY runs TO '/tmp/x.csv'",
+        "DROP VIEW runs",
+        "INSERT INTO atlas_meta VALUES ('a', 'b')",
+        "SELECT 1; DELETE FROM runs",
+    ],
 )
 def test_sql_refuses_statements_that_write(store_dir, statement):
     before = snapshot(store_dir)
@@ -114,8 +132,14 @@ def test_sql_refuses_statements_that_write(store_dir, statement):
 
 
 def test_sql_select_and_formats(store_dir, tmp_path):
-    result = atlas("sql", "SELECT layer, count(*) AS n FROM attn_rows GROUP BY layer ORDER BY layer",
-                   "--store", str(store_dir), "--format", "csv")
+    result = atlas(
+        "sql",
+        "SELECT layer, count(*) AS n FROM attn_rows GROUP BY layer ORDER BY layer",
+        "--store",
+        str(store_dir),
+        "--format",
+        "csv",
+    )
     lines = result.output.strip().splitlines()
     assert lines[0] == "layer,n" and len(lines) == 7
     out = tmp_path / "r.parquet"
@@ -139,8 +163,12 @@ def test_moved_store_still_opens(store_dir, tmp_path):
 
 
 def test_query_resolution(store_dir):
-    for phrase in ("best head per dependency relation", "syntax heads", "Best head per dependency-relation",
-                   "dependency relation heads"):
+    for phrase in (
+        "best head per dependency relation",
+        "syntax heads",
+        "Best head per dependency-relation",
+        "dependency relation heads",
+    ):
         result = atlas("query", phrase, "--store", str(store_dir), "--param", "min_count=1", "--format", "csv")
         assert result.exit_code == 0, (phrase, result.output)
         assert "relation,n,best_head,direction" in result.output

@@ -57,8 +57,13 @@ def test_coref_mentions_from_entity_brackets(tmp_path):
 def test_gum_sample_every_bracket_becomes_a_mention():
     sentences = list(read_conllu(GUM_SAMPLE))
     text = GUM_SAMPLE.read_text(encoding="utf-8")
-    opened = sum(item.count("(") for line in text.splitlines() if "Entity=" in line
-                 for item in line.split("\t")[9].split("|") if item.startswith("Entity="))
+    opened = sum(
+        item.count("(")
+        for line in text.splitlines()
+        if "Entity=" in line
+        for item in line.split("\t")[9].split("|")
+        if item.startswith("Entity=")
+    )
     assert sum(len(s.mentions) for s in sentences) == opened > 100
 
 

@@ -37,7 +37,9 @@ def test_dense_edges_equal_transformers_eager_attention(dense_store, ewt_small, 
         np.testing.assert_allclose(got, attn, atol=2e-6)
         stats = con.execute(
             "SELECT entropy, max_weight, argmax_tok FROM attn_rows WHERE run_id = ? AND example_id = ? "
-            "ORDER BY layer, head, src_tok", [run_id, example_id]).fetchnumpy()
+            "ORDER BY layer, head, src_tok",
+            [run_id, example_id],
+        ).fetchnumpy()
         flat = attn.reshape(-1, attn.shape[-1])
         np.testing.assert_allclose(stats["entropy"], -(flat * np.log(flat)).sum(axis=1), atol=1e-4)
         np.testing.assert_allclose(stats["max_weight"], flat.max(axis=1), atol=2e-6)
@@ -97,13 +99,11 @@ def test_pair_packing_and_long_sentences_are_skipped_and_recorded(tmp_path, mode
     pair = con.execute(
         "SELECT example_id FROM examples WHERE n_sentences = 2 AND NOT skipped ORDER BY example_id LIMIT 1"
     ).fetchone()[0]
-    toks = con.execute(
-        "SELECT special, segment FROM tokens WHERE example_id = ? ORDER BY tok_idx", [pair]
-    ).fetchall()
+    toks = con.execute("SELECT special, segment FROM tokens WHERE example_id = ? ORDER BY tok_idx", [pair]).fetchall()
     specials = [(i, s) for i, (s, _) in enumerate(toks) if s]
     assert specials[0] == (0, "[CLS]") and [s for _, s in specials] == ["[CLS]", "[SEP]", "[SEP]"]
     first_sep = specials[1][0]
-    assert {seg for _, seg in toks[: first_sep + 1]} == {0} and {seg for _, seg in toks[first_sep + 1:]} == {1}
+    assert {seg for _, seg in toks[: first_sep + 1]} == {0} and {seg for _, seg in toks[first_sep + 1 :]} == {1}
     # words of the second sentence point to heads in the second sentence
     bad = con.execute(
         "SELECT count(*) FROM words w JOIN words h ON h.example_id = w.example_id AND h.word_idx = w.head_word_idx "
@@ -124,10 +124,13 @@ def test_window_packing_keeps_mentions_inside_inputs(tmp_path, model):
         "ON w.example_id = m.example_id AND w.word_idx = m.head_word WHERE m.example_id = 0 AND m.mention_id = 0"
     ).fetchone()
     assert first == ("1", "Introduction", "nominal")
-    assert con.execute(
-        "SELECT count(*) FROM mentions m JOIN words w ON w.example_id = m.example_id AND w.word_idx = m.head_word "
-        "WHERE (w.upos = 'PRON') <> (m.mention_type = 'pronoun')"
-    ).fetchone()[0] == 0
+    assert (
+        con.execute(
+            "SELECT count(*) FROM mentions m JOIN words w ON w.example_id = m.example_id AND w.word_idx = m.head_word "
+            "WHERE (w.upos = 'PRON') <> (m.mention_type = 'pronoun')"
+        ).fetchone()[0]
+        == 0
+    )
 
 
 def test_random_init_is_seeded_and_differs(tmp_path, model):
