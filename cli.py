@@ -96,10 +96,10 @@ def ingest(
     from ingest.pipeline import ingest as run_ingest
 
     store = _store(store_path)
-    check_corpus(corpus)  # fail on bad input before loading anything
+    checked = check_corpus(corpus)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed)
     settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack)
-    result = run_ingest(corpus, store, lm, settings, progress=not quiet)
+    result = run_ingest(checked, store, lm, settings, progress=not quiet)
     if result.already_present:
         click.echo(f"run {result.run_id} is already in {store.root}; nothing to do")
     else:

@@ -36,7 +36,7 @@ from ingest.align import is_punct  # noqa: E402
 from ingest.conllu import read_conllu  # noqa: E402
 from ingest.examples import group_examples, layout  # noqa: E402
 from ingest.model import LoadedModel, attention, load_model  # noqa: E402
-from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, ingest  # noqa: E402
+from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, check_corpus, ingest  # noqa: E402
 
 OFFSETS = (-3, -2, -1, 1, 2)
 
@@ -191,7 +191,7 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
         root = work / f"sweep-{target}"
         t0 = time.perf_counter()
         settings = Settings(kept_mass=target, max_length=base.max_length, pack=base.pack)
-        result = ingest(subset, Store(root), lm, settings, progress=False)
+        result = ingest(check_corpus(subset), Store(root), lm, settings, progress=False)
         seconds = time.perf_counter() - t0
         store = Store(root)
         con = store.connect()
@@ -228,7 +228,7 @@ def main() -> None:
     try:
         forward_s, inputs = forward_pass(lm, args.corpus, settings, keep=True)
         t0 = time.perf_counter()
-        result = ingest(args.corpus, Store(work / "store"), lm, settings, progress=False)
+        result = ingest(check_corpus(args.corpus), Store(work / "store"), lm, settings, progress=False)
         ingest_s = time.perf_counter() - t0
         store = Store(work / "store")
         run_dir = store.data / result.run_id

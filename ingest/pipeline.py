@@ -143,12 +143,13 @@ def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marke
 
 
 def ingest(
-    corpus_path: Path,
+    corpus: CorpusInfo,
     store: Store,
     lm: LoadedModel,
     settings: Settings,
     progress: bool = True,
 ) -> IngestResult:
+    """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store."""
     if settings.pack not in PACK_MODES:
         raise AtlasError(f"--pack '{settings.pack}': expected one of {', '.join(PACK_MODES)}")
     if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
@@ -157,7 +158,6 @@ def ingest(
     if max_length > lm.max_positions or max_length < 3:
         raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
     settings = Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples)
-    corpus = check_corpus(corpus_path)
     run_id = run_id_for(corpus, lm, settings)
     final = store.data / run_id
     if final.is_dir():
@@ -169,7 +169,7 @@ def ingest(
         tmp.unlink()
 
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    sentences = _aligned(lm, read_conllu(corpus_path))
+    sentences = _aligned(lm, read_conllu(corpus.path))
     examples = group_examples(sentences, settings.pack, max_length)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (
@@ -209,7 +209,7 @@ def ingest(
         "seed": lm.seed,
         "n_layers": lm.n_layers,
         "n_heads": lm.n_heads,
-        "corpus": corpus_path.name,
+        "corpus": corpus.path.name,
         "corpus_sha256": corpus.sha256,
         "pack": settings.pack,
         "max_length": max_length,

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.store import Store  # noqa: E402
 from ingest.model import LoadedModel, load_model  # noqa: E402
-from ingest.pipeline import Settings, ingest  # noqa: E402
+from ingest.pipeline import Settings, check_corpus, ingest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EWT_SAMPLE = ROOT / "samples" / "ud" / "en_ewt-ud-dev-sample.conllu"
@@ -46,7 +46,7 @@ def ewt_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_store(root: Path, corpus: Path, model: LoadedModel, **settings: object) -> tuple[Store, str]:
     store = Store(root)
-    result = ingest(corpus, store, model, Settings(**settings), progress=False)
+    result = ingest(check_corpus(corpus), store, model, Settings(**settings), progress=False)
     return store, result.run_id
 
 

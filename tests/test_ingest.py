@@ -72,14 +72,18 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
     store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
-        pipeline.ingest(corpus, store, model, pipeline.Settings(chunk_examples=8), progress=False)
+        pipeline.ingest(
+            pipeline.check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
+        )
     assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
     assert done_before == ["00000.json", "00001.json"]
 
     seen = []
     monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real(d, chunk, t)))
-    result = pipeline.ingest(corpus, store, model, pipeline.Settings(chunk_examples=8), progress=False)
+    result = pipeline.ingest(
+        pipeline.check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
+    )
     assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
     for name in TABLES:
         assert table(store, name, run_id).equals(table(whole, name, run_id)), name
