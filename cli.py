@@ -217,7 +217,7 @@ def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> N
     out.mkdir(parents=True, exist_ok=True)
     where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
     for name in table_schemas():
-        reader = con.execute(f"SELECT * FROM {name} {where}", args).fetch_record_batch()
+        reader = con.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
         tmp = out / f".{name}.parquet.tmp"
         with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
             for batch in reader:
