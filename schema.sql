@@ -104,7 +104,7 @@ CREATE TABLE attn_edges (
 );
 
 -- One attention row, with statistics computed from the dense row before sparsifying (entropy and argmax
--- exact; max_weight and kept_mass at runs.weight_precision).
+-- exact; weights and masses at runs.weight_precision), so analyses of whole rows need no edges.
 CREATE TABLE attn_rows (
     run_id VARCHAR,
     example_id INTEGER,
@@ -115,7 +115,14 @@ CREATE TABLE attn_rows (
     max_weight FLOAT,
     argmax_tok SMALLINT,
     kept_mass FLOAT,             -- attention mass of the row's kept edges
-    n_kept SMALLINT              -- number of kept edges
+    n_kept SMALLINT,             -- number of kept edges
+    -- attention mass the row gives to (from the dense row; at runs.weight_precision):
+    to_self FLOAT,               -- the token itself
+    to_prev FLOAT,               -- the previous token (0 for the first)
+    to_next FLOAT,               -- the next token (0 for the last)
+    to_cls FLOAT,                -- [CLS]
+    to_sep FLOAT,                -- every [SEP] of the input
+    to_dot_comma FLOAT           -- the pieces '.' and ','
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over

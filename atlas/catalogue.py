@@ -9,6 +9,7 @@ Header format (SQL comments at the top of the file)::
     -- parameters:
     --   run: run id (default: the latest run)
     --   min_count: ... (default: 100)
+    -- plot: heatmap prev next self      (optional: the figure 'atlas plot' draws, and its columns)
 
 Parameters are bound by DuckDB (``$name`` in the SQL), never pasted into the SQL text.
 """
@@ -45,6 +46,7 @@ class Entry:
     paper: str
     description: str
     parameters: tuple[Parameter, ...]
+    plot: tuple[str, ...]  # figure kind ('heatmap' or 'layers') and the columns it shows; empty: none
     sql: str
     path: Path = field(compare=False)
 
@@ -84,10 +86,10 @@ def parse_entry(path: Path) -> Entry:
             break
         text = line[2:]
         match = re.match(r" (\w+):\s*(.*)$", text)
-        if match and match.group(1) in {"name", "aliases", "paper", "description", "parameters"}:
+        if match and match.group(1) in {"name", "aliases", "paper", "description", "parameters", "plot"}:
             key = match.group(1)
             meta[key] = match.group(2).strip()
-        elif key == "parameters" and (pm := re.match(r"\s+(\w+):\s*(.*)$", text)):
+        elif key == "parameters" and (pm := re.match(r"\s{2,}(\w+):\s*(.*)$", text)):
             desc = pm.group(2).strip()
             default = _DEFAULT.search(desc)
             params.append(Parameter(pm.group(1), desc, default.group(1).strip() if default else None))
@@ -97,7 +99,10 @@ def parse_entry(path: Path) -> Entry:
         if not meta.get(required):
             raise AtlasError(f"{path}: the header has no '{required}:' line")
     aliases = tuple(a.strip() for a in meta.get("aliases", "").split(",") if a.strip())
-    return Entry(meta["name"], aliases, meta["paper"], meta["description"], tuple(params), path.read_text(), path)
+    plot = tuple(meta.get("plot", "").split())
+    return Entry(
+        meta["name"], aliases, meta["paper"], meta["description"], tuple(params), plot, path.read_text(), path
+    )
 
 
 @cache

@@ -20,7 +20,7 @@ def render_table(df: pl.DataFrame) -> str:
         fmt_str_lengths=80,
         tbl_width_chars=200,
         tbl_formatting="UTF8_FULL_CONDENSED",
-        float_precision=None,
+        float_precision=4,
     ):
         return str(df)
 

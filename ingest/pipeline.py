@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import torch
 import transformers
 from tqdm import tqdm
@@ -27,7 +28,7 @@ from atlas.errors import AtlasError
 from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence, read_conllu
-from ingest.examples import PACK_MODES, Example, group_examples, layout
+from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
 from ingest.model import LoadedModel, attention
 from ingest.sparsify import sparsify, word_rows
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
@@ -110,6 +111,16 @@ def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
         yield batch
 
 
+def _targets(lay: Layout, pieces: list[str]) -> dict[str, np.ndarray]:
+    """Masks of the tokens whose received attention every row records (see ``sparsify``)."""
+    special = np.array([s or "" for s in lay.special])
+    return {
+        "cls": special == "[CLS]",
+        "sep": special == "[SEP]",
+        "dot_comma": np.array([s is None and p in (".", ",") for s, p in zip(lay.special, pieces, strict=True)]),
+    }
+
+
 def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settings: Settings, bar: tqdm) -> ChunkRows:
     """Run the model over one chunk (batched by length) and collect its rows in corpus order."""
     rows = ChunkRows(run_id)
@@ -120,17 +131,16 @@ def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settin
         layouts = [layout(e, tok.cls_token_id, tok.sep_token_id) for e in batch]
         maps = attention(lm, [(lay.input_ids, lay.segments) for lay in layouts])
         for ex, lay, attn in zip(batch, layouts, maps, strict=True):
-            edges, stats = sparsify(attn, settings.kept_mass)
-            done[ex.example_id] = (lay, edges, stats, word_rows(attn, lay.token_word, settings.kept_mass))
+            pieces = tok.convert_ids_to_tokens(lay.input_ids)
+            edges, stats = sparsify(attn, settings.kept_mass, _targets(lay, pieces))
+            done[ex.example_id] = (lay, pieces, edges, stats, word_rows(attn, lay.token_word, settings.kept_mass))
         bar.update(sum(len(e.sentences) for e in batch))
     for ex in examples:  # corpus order
         if ex.skipped:
             rows.add_skipped(ex)
             bar.update(1)
             continue
-        lay, edges, stats, words = done.pop(ex.example_id)
-        pieces = tok.convert_ids_to_tokens(lay.input_ids)
-        rows.add(ex, lay, pieces, edges, stats, words)
+        rows.add(ex, *done.pop(ex.example_id))
     return rows
 
 

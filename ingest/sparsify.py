@@ -31,8 +31,18 @@ def _stored(weights: torch.Tensor, kept_mass: float | None) -> torch.Tensor:
     return weights if kept_mass is None else weights.half().float()
 
 
-def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Columns]:
-    """Return (edges, rows) column arrays for one input (sorting done with torch: multithreaded)."""
+TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
+
+
+def sparsify(
+    attn: np.ndarray, kept_mass: float | None, targets: dict[str, np.ndarray] | None = None
+) -> tuple[Columns, Columns]:
+    """Return (edges, rows) column arrays for one input (sorting done with torch: multithreaded).
+
+    ``targets`` maps each name of ``TARGETS`` to a boolean mask over the input's tokens; each row
+    records the attention mass it gives to those tokens (``to_<name>``), and to itself and the
+    previous and next token, all from the dense row.
+    """
     n_layers, n_heads, n, _ = attn.shape
     rows = torch.from_numpy(attn).reshape(-1, n)
     ranked, order = torch.sort(rows, dim=1, descending=True, stable=True)
@@ -65,6 +75,17 @@ def sparsify(attn: np.ndarray, kept_mass: float | None) -> tuple[Columns, Column
         "kept_mass": _stored((ranked.double() * keep).sum(dim=1).float(), kept_mass).numpy(),
         "n_kept": keep.sum(dim=1).numpy().astype(np.int16),
     }
+    square = torch.from_numpy(attn)
+    zero = torch.zeros(n_layers, n_heads, 1)
+    received = {
+        "self": torch.diagonal(square, dim1=2, dim2=3),
+        "prev": torch.cat([zero, torch.diagonal(square, offset=-1, dim1=2, dim2=3)], dim=2),
+        "next": torch.cat([torch.diagonal(square, offset=1, dim1=2, dim2=3), zero], dim=2),
+    }
+    for name, mask in (targets or {}).items():
+        received[name] = square[..., torch.from_numpy(mask)].double().sum(dim=-1).float()
+    for name, mass in received.items():
+        stats[f"to_{name}"] = _stored(mass.reshape(-1), kept_mass).numpy()
     return edges, stats
 
 
