@@ -23,13 +23,17 @@ class RefSentence:
     forms: list[str]
     heads: list[int]  # 0 = root, 1-based otherwise
     deprels: list[str]
+    doc: str | None = None
 
 
 def read_sentences(path: Path) -> list[RefSentence]:
-    out, cur = [], RefSentence([], [], [])
+    out, cur, doc = [], RefSentence([], [], []), None
     for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# newdoc id ="):
+            doc = line.split("=", 1)[1].strip()
         if not line.strip():
             if cur.forms:
+                cur.doc = doc
                 out.append(cur)
             cur = RefSentence([], [], [])
         elif not line.startswith("#"):
@@ -39,8 +43,68 @@ def read_sentences(path: Path) -> list[RefSentence]:
                 cur.heads.append(int(cols[6]))
                 cur.deprels.append(cols[7])
     if cur.forms:
+        cur.doc = doc
         out.append(cur)
     return out
+
+
+def pairs(sentences: list[RefSentence]) -> list[list[RefSentence]]:
+    """Consecutive sentences of a document two by two (a document's odd last sentence alone)."""
+    groups: list[list[RefSentence]] = []
+    for s in sentences:
+        if groups and len(groups[-1]) == 1 and groups[-1][0].doc == s.doc:
+            groups[-1].append(s)
+        else:
+            groups.append([s])
+    return groups
+
+
+def dense_inputs(model_path: str, groups: list[list[RefSentence]]) -> list[tuple[np.ndarray, list[str]]]:
+    """Per input (one sentence, or a pair as [CLS] a [SEP] b [SEP]): eager attention and its pieces."""
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+    out = []
+    for group in groups:
+        enc = tok(*[s.forms for s in group], is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            att = model(**enc, output_attentions=True).attentions
+        assert len(att) == model.config.num_hidden_layers and all(a is not None for a in att)
+        pieces = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
+        out.append((torch.stack([a[0] for a in att]).numpy().astype(np.float64), pieces))
+    return out
+
+
+def surface(inputs: list[tuple[np.ndarray, list[str]]]) -> dict[str, np.ndarray]:
+    """Clark et al. Section 3 per-head means ``[layers, heads]`` by plain loops over tokens."""
+    n_layers, n_heads = inputs[0][0].shape[:2]
+    acc: dict[str, list] = defaultdict(lambda: [[[] for _ in range(n_heads)] for _ in range(n_layers)])
+    for attn, pieces in inputs:
+        n = len(pieces)
+        seps = [j for j, p in enumerate(pieces) if p == "[SEP]"]
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                for i in range(n):
+                    row = attn[layer, head, i]
+                    cell = (layer, head)
+                    values = {
+                        "prev": row[i - 1] if i > 0 else 0.0,
+                        "next": row[i + 1] if i + 1 < n else 0.0,
+                        "self": row[i],
+                        "cls": sum(row[j] for j, p in enumerate(pieces) if p == "[CLS]"),
+                        "sep": sum(row[j] for j in seps),
+                        "dot_comma": sum(row[j] for j, p in enumerate(pieces) if p in (".", ",")),
+                        "entropy": -sum(x * np.log(x) for x in row if x > 0),
+                        "uniform_entropy": np.log(n),
+                    }
+                    if pieces[i] == "[CLS]":
+                        values["cls_entropy"] = values["entropy"]
+                        values["cls_uniform_entropy"] = np.log(n)
+                    if pieces[i] == "[SEP]":
+                        values["to_itself"] = row[i]
+                        values["to_other_sep"] = sum(row[j] for j in seps if j != i)
+                    for key, value in values.items():
+                        acc[key][cell[0]][cell[1]].append(value)
+    return {key: np.array([[np.mean(c) for c in row] for row in grid]) for key, grid in acc.items()}
 
 
 def dense_attention(model_path: str, sentences: list[RefSentence]) -> list[tuple[np.ndarray, list[int | None]]]:
