@@ -10,7 +10,7 @@ import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 
-from atlas.catalogue import entries, resolve, run_entry
+from atlas.catalogue import Entry, entries, resolve, run_entry
 from atlas.errors import AtlasError
 from atlas.output import FORMATS, emit
 from atlas.store import Store, table_schemas
@@ -168,10 +168,18 @@ def query(
     out: Path | None,
 ) -> None:
     """Run a catalogue entry named by PHRASE (a name, an alias or close words)."""
-    entry = resolve(phrase)
     if describe:
+        entry = resolve(phrase)
         click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
         return
+    entry, df = _run_query(phrase, run_id, params, store_path)
+    emit(df, fmt, out)
+
+
+def _run_query(
+    phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None
+) -> tuple[Entry, pl.DataFrame]:
+    entry = resolve(phrase)
     values = _params(params)
     store = _store(store_path)
     con = store.connect()
@@ -180,7 +188,22 @@ def query(
         if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [values["run"]]).fetchone()[0] == 0:
             raise AtlasError(f"--run '{values['run']}': no such run in {store.root} (see 'atlas runs')")
     click.echo(f"{entry.name} ({entry.paper})", err=True)
-    emit(run_entry(con, entry, entry.bind(values)), fmt, out)
+    return entry, run_entry(con, entry, entry.bind(values))
+
+
+@cli.command(name="plot")
+@click.argument("phrase")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="PNG file.")
+@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
+@store_option
+def plot_command(phrase: str, out: Path, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> None:
+    """Draw the paper-style figure of a catalogue entry (PNG)."""
+    from atlas.plot import plot
+
+    entry, df = _run_query(phrase, run_id, params, store_path)
+    plot(entry, df, out)
+    click.echo(f"wrote {out}", err=True)
 
 
 @cli.command()

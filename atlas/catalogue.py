@@ -100,9 +100,7 @@ def parse_entry(path: Path) -> Entry:
             raise AtlasError(f"{path}: the header has no '{required}:' line")
     aliases = tuple(a.strip() for a in meta.get("aliases", "").split(",") if a.strip())
     plot = tuple(meta.get("plot", "").split())
-    return Entry(
-        meta["name"], aliases, meta["paper"], meta["description"], tuple(params), plot, path.read_text(), path
-    )
+    return Entry(meta["name"], aliases, meta["paper"], meta["description"], tuple(params), plot, path.read_text(), path)
 
 
 @cache

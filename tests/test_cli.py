@@ -188,3 +188,13 @@ def test_query_parameters_are_bound_not_pasted(store_dir):
 def test_queries_lists_the_catalogue():
     result = atlas("queries", "--format", "csv")
     assert result.exit_code == 0 and "best head per dependency relation" in result.output
+
+
+def test_plot_writes_a_png_for_each_figure_kind(store_dir, tmp_path):
+    for phrase in ("relative position", "special tokens"):  # heat map, per-layer scatter
+        out = tmp_path / "f.png"
+        result = atlas("plot", phrase, "--store", str(store_dir), "--out", str(out))
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    result = atlas("plot", "best head per dependency relation", "--store", str(store_dir), "--out", str(out))
+    assert result.exit_code == 1 and "has no figure" in result.output
