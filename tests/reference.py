@@ -24,10 +24,12 @@ class RefSentence:
     heads: list[int]  # 0 = root, 1-based otherwise
     deprels: list[str]
     doc: str | None = None
+    upos: list[str] | None = None
+    entities: list[str] | None = None  # the MISC Entity= value of each word ('' when none)
 
 
 def read_sentences(path: Path) -> list[RefSentence]:
-    out, cur, doc = [], RefSentence([], [], []), None
+    out, cur, doc = [], RefSentence([], [], [], upos=[], entities=[]), None
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("# newdoc id ="):
             doc = line.split("=", 1)[1].strip()
@@ -35,13 +37,16 @@ def read_sentences(path: Path) -> list[RefSentence]:
             if cur.forms:
                 cur.doc = doc
                 out.append(cur)
-            cur = RefSentence([], [], [])
+            cur = RefSentence([], [], [], upos=[], entities=[])
         elif not line.startswith("#"):
             cols = line.split("\t")
             if cols[0].isdigit():
                 cur.forms.append(cols[1])
                 cur.heads.append(int(cols[6]))
                 cur.deprels.append(cols[7])
+                cur.upos.append(cols[3])
+                misc = [m for m in cols[9].split("|") if m.startswith("Entity=")]
+                cur.entities.append(misc[0][len("Entity=") :] if misc else "")
     if cur.forms:
         cur.doc = doc
         out.append(cur)
@@ -208,3 +213,93 @@ def best_heads(sentences: list[RefSentence], dense: list[tuple[np.ndarray, list[
             n, f"{layer + 1}-{head + 1}", direction, correct[k], ambiguous[k], off, offsets[r, off], counts
         )
     return results
+
+
+def windows(sentences: list[RefSentence], tokenizer, max_length: int) -> list[list[RefSentence]]:
+    """Consecutive sentences of a document, as many as fit in ``max_length`` pieces with [CLS]/[SEP]."""
+
+    def length(group: list[RefSentence]) -> int:
+        words = [w for s in group for w in s.forms]
+        return sum(max(1, len(tokenizer(w, add_special_tokens=False)["input_ids"])) for w in words) + 2
+
+    groups: list[list[RefSentence]] = []
+    for s in sentences:
+        if groups and groups[-1][0].doc == s.doc and length([*groups[-1], s]) <= max_length:
+            groups[-1].append(s)
+        elif length([s]) <= max_length:
+            groups.append([s])
+    return groups
+
+
+def mentions(group: list[RefSentence]) -> list[tuple[int, int, str]]:
+    """(first word, last word, entity) of every mention inside a window, by plain bracket matching."""
+    out, open_, at = [], {}, 0
+    for s in group:
+        for value in s.entities:
+            i = 0
+            while i < len(value):
+                if value[i] == "(":
+                    j = i + 1
+                    while j < len(value) and value[j] not in "()":
+                        j += 1
+                    eid = value[i + 1 : j].split("-")[0].split("[")[0]
+                    if j < len(value) and value[j] == ")":
+                        out.append((at, at, eid))
+                        j += 1
+                    else:
+                        open_.setdefault(eid, []).append(at)
+                    i = j
+                else:
+                    j = i
+                    while value[j] != ")":
+                        j += 1
+                    eid = value[i:j].split("[")[0]
+                    out.append((open_[eid].pop(), at, eid))
+                    i = j + 1
+            at += 1
+    return out
+
+
+def _span_head(heads: list[int | None], first: int, last: int) -> int:
+    """The span's word whose syntactic head lies outside the span."""
+    inside = range(first, last + 1)
+    return next((w for w in inside if heads[w] is None or heads[w] not in inside), first)
+
+
+def coreference(model_path: str, sentences: list[RefSentence], max_length: int) -> dict[str, dict]:
+    """Clark et al. Table 2 by plain loops: predictor -> {'all'|type: (correct, total)}."""
+    tok = AutoTokenizer.from_pretrained(model_path)
+    model = AutoModel.from_pretrained(model_path, attn_implementation="eager").eval()
+    scores: dict = defaultdict(lambda: defaultdict(lambda: [0, 0]))
+    for group in windows(sentences, tok, max_length):
+        forms = [w for s in group for w in s.forms]
+        upos = [u for s in group for u in s.upos]
+        heads, offset = [], 0
+        for s in group:
+            heads.extend(offset + h - 1 if h else None for h in s.heads)
+            offset += len(s.forms)
+        spans = sorted(mentions(group))
+        if not spans:
+            continue
+        enc = tok(forms, is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            att = model(**enc, output_attentions=True).attentions
+        attn = torch.stack([a[0] for a in att]).numpy().astype(np.float64)
+        preds = predictions(attn, enc.word_ids(), len(forms))
+        info = [(first, _span_head(heads, first, last), entity) for first, last, entity in spans]
+        for first, head, entity in info:
+            before = [(f, i, h, e) for i, (f, h, e) in enumerate(info) if f < first]
+            gold = {h for _, _, h, e in before if e == entity}
+            if not gold:
+                continue
+            kind = {"PRON": "pronoun", "PROPN": "proper"}.get(upos[head], "nominal")
+            nearest = max(before)[2]
+            same = [b for b in before if forms[b[2]].lower() == forms[head].lower()]
+            guesses = {"nearest mention": nearest, "head word match": max(same)[2] if same else nearest}
+            for (layer, h), p in preds.items():
+                guesses[f"{layer + 1}-{h + 1}"] = p[head].best
+            for name, word in guesses.items():
+                for key in ("all", kind):
+                    scores[name][key][0] += word in gold
+                    scores[name][key][1] += 1
+    return scores
