@@ -64,12 +64,11 @@ def sparsify(
         "dst_tok": dst.numpy().astype(np.int16),
         "weight": _stored(weight, kept_mass).numpy(),
     }
-    plogp = torch.where(rows > 0, rows * torch.log(rows), 0.0)
     stats = {
         "layer": layer,
         "head": head,
         "src_tok": src,
-        "entropy": (-plogp.double().sum(dim=1)).float().numpy(),
+        "entropy": torch.special.entr(rows).double().sum(dim=1).float().numpy(),
         "max_weight": _stored(ranked[:, 0], kept_mass).numpy(),
         "argmax_tok": order[:, 0].numpy().astype(np.int16),
         "kept_mass": _stored((ranked.double() * keep).sum(dim=1).float(), kept_mass).numpy(),
@@ -82,8 +81,12 @@ def sparsify(
         "prev": torch.cat([zero, torch.diagonal(square, offset=-1, dim1=2, dim2=3)], dim=2),
         "next": torch.cat([torch.diagonal(square, offset=1, dim1=2, dim2=3), zero], dim=2),
     }
-    for name, mask in (targets or {}).items():
-        received[name] = square[..., torch.from_numpy(mask)].double().sum(dim=-1).float()
+    if targets:
+        names = list(targets)
+        masks = torch.from_numpy(np.stack([targets[name] for name in names], axis=1).astype(np.float32))
+        mass = square @ masks  # [layers, heads, n, targets]
+        for i, name in enumerate(names):
+            received[name] = mass[..., i]
     for name, mass in received.items():
         stats[f"to_{name}"] = _stored(mass.reshape(-1), kept_mass).numpy()
     return edges, stats
