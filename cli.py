@@ -207,6 +207,25 @@ def plot_command(phrase: str, out: Path, run_id: str | None, params: tuple[str, 
 
 
 @cli.command()
+@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@click.option("--examples", default=500, show_default=True, help="Inputs to average over (the first ones).")
+@click.option("--clusters", default=6, show_default=True, help="Number of head clusters.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@store_option
+def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, store_path: str | None) -> None:
+    """Compute head distances (JS divergence, MDS, clusters) for a run and add them to the store."""
+    from atlas.distances import compute
+
+    store = _store(store_path)
+    if run_id is None:
+        con = store.connect()
+        run_id = store.latest_run(con)
+        con.close()
+    compute(store, run_id, examples, clusters, progress=not quiet)
+    click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
+
+
+@cli.command()
 @click.argument("statement")
 @store_option
 @format_option

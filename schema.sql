@@ -137,3 +137,25 @@ CREATE TABLE word_rows (
     dst_word SMALLINT,           -- most-attended word other than itself, [CLS] and [SEP]
     weight FLOAT                 -- its word-level attention weight (at runs.weight_precision)
 );
+
+-- One pair of heads: Jensen-Shannon divergence between their attention distributions, averaged over
+-- the token rows of the run's first inputs (written by 'atlas distances', from recomputed dense maps).
+CREATE TABLE head_pairs (
+    run_id VARCHAR,
+    layer_a TINYINT,
+    head_a TINYINT,
+    layer_b TINYINT,
+    head_b TINYINT,
+    js DOUBLE,                   -- nats; 0 on the diagonal, symmetric
+    n_rows BIGINT                -- attention rows averaged over
+);
+
+-- One per-head scalar computed in Python from the store (written back with the run it came from).
+CREATE TABLE head_scores (
+    run_id VARCHAR,
+    analysis VARCHAR,            -- e.g. 'head distances'
+    layer TINYINT,
+    head TINYINT,
+    metric VARCHAR,              -- e.g. 'mds_x', 'mds_y', 'cluster'
+    value DOUBLE
+);

@@ -3,6 +3,8 @@
 - ``heatmap``: one layer x head heat map per column, with the values printed in the cells.
 - ``layers``: one panel per column: every head as a point over its layer, and the layer mean as a line
   (Clark et al.'s Figure 2).
+- ``mds``: columns x, y and a cluster: every head as a labelled point, coloured by its cluster
+  (Clark et al.'s Figure 6).
 """
 
 from __future__ import annotations
@@ -61,6 +63,21 @@ def _layers(ax: plt.Axes, grid: np.ndarray, title: str) -> None:
     ax.legend(loc="upper left", fontsize=7)
 
 
+def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> plt.Figure:
+    fig, ax = plt.subplots(figsize=(7, 6))
+    groups = heads[cluster].to_numpy()
+    points = ax.scatter(heads[x], heads[y], c=groups, cmap="tab10", s=40)
+    for row in heads.iter_rows(named=True):
+        ax.annotate(
+            f"{row['layer']}-{row['head']}", (row[x], row[y]), fontsize=6, xytext=(2, 2), textcoords="offset points"
+        )
+    ax.legend(*points.legend_elements(), title=cluster, fontsize=7, loc="best")
+    ax.set_xticks([])
+    ax.set_yticks([])
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
 def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
@@ -68,12 +85,19 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
+    if kind == "mds":
+        _save(_mds(heads, *columns, title=f"{entry.name} ({entry.paper})"), out)
+        return
     draw = {"heatmap": _heatmap, "layers": _layers}[kind]
     width = 5.5 if kind == "heatmap" else 3.5
     fig, axes = plt.subplots(1, len(columns), figsize=(width * len(columns), 4), squeeze=False)
     for ax, column in zip(axes[0], columns, strict=True):
         draw(ax, _grid(heads, column), column)
     fig.suptitle(f"{entry.name} ({entry.paper})", fontsize=9)
+    _save(fig, out)
+
+
+def _save(fig: plt.Figure, out: Path) -> None:
     fig.tight_layout()
     tmp = out.with_name(f".{out.name}.tmp.png")
     fig.savefig(tmp, dpi=150)

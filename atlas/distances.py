@@ -1,0 +1,116 @@
+"""Head distances (Clark et al. 2019, Section 6): Jensen-Shannon divergence between the attention
+distributions of every pair of heads, averaged over tokens; a 2-D MDS embedding and a clustering.
+
+Exact: the dense attention of the run's first inputs is recomputed with the run's own model (its
+weights hash is checked) from the word pieces stored in the run, so the answer does not depend on the
+edge sparsity. Results go back into the store (``head_pairs`` and ``head_scores``) with the run id.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.cluster.hierarchy import fcluster, linkage
+from scipy.spatial.distance import squareform
+from sklearn.manifold import MDS
+from tqdm import tqdm
+
+from atlas.errors import AtlasError
+from atlas.store import Store, to_table, write_parquet
+from ingest.model import LoadedModel, attention, load_model
+
+ANALYSIS = "head distances"
+PAIR_BLOCK = 8  # heads per block of the pairwise mixture entropy (bounds memory on long inputs)
+
+
+def js_sums(attn: np.ndarray) -> tuple[np.ndarray, int]:
+    """Sum over the rows of one input of JS(head a's row, head b's row) for every pair; and the row count.
+
+    JS(P, Q) = H((P + Q) / 2) - (H(P) + H(Q)) / 2 in nats, with H the entropy.
+    """
+    n_layers, n_heads, n, _ = attn.shape
+    rows = torch.from_numpy(attn.reshape(n_layers * n_heads, n, n))
+    own = torch.special.entr(rows).sum(dim=-1)  # [K, n]
+    k = rows.shape[0]
+    out = torch.zeros(k, k, dtype=torch.float64)
+    for start in range(0, k, PAIR_BLOCK):
+        block = rows[start : start + PAIR_BLOCK]
+        mixture = torch.special.entr((block[:, None] + rows[None]) / 2).sum(dim=-1)  # [b, K, n]
+        js = mixture - (own[start : start + PAIR_BLOCK, None] + own[None]) / 2
+        out[start : start + PAIR_BLOCK] = js.double().sum(dim=-1)
+    return out.numpy(), n
+
+
+def _run_model(store: Store, run_id: str) -> LoadedModel:
+    con = store.connect()
+    row = con.execute(
+        "SELECT model_source, model_hash, random_init, seed FROM runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    con.close()
+    if row is None:
+        raise AtlasError(f"--run '{run_id}': no such run in {store.root} (see 'atlas runs')")
+    source, model_hash, random_init, seed = row
+    lm = load_model(source, random_init=random_init, seed=seed)
+    if lm.model_hash != model_hash:
+        raise AtlasError(f"--run '{run_id}': the model at {source} is not the one the run was made with")
+    return lm
+
+
+def compute(store: Store, run_id: str, n_examples: int, n_clusters: int, progress: bool = True) -> None:
+    """Compute head distances for a run and write them into the store."""
+    lm = _run_model(store, run_id)
+    con = store.connect()
+    inputs = con.execute(
+        "SELECT example_id, list(piece_id ORDER BY tok_idx) AS ids, list(segment ORDER BY tok_idx) AS segs "
+        "FROM tokens WHERE run_id = ? AND example_id IN ("
+        "  SELECT example_id FROM examples WHERE run_id = ? AND NOT skipped ORDER BY example_id LIMIT ?) "
+        "GROUP BY example_id ORDER BY example_id",
+        [run_id, run_id, n_examples],
+    ).fetchall()
+    con.close()
+    if not inputs:
+        raise AtlasError(f"--run '{run_id}': the run has no input to compare heads on")
+    k = lm.n_layers * lm.n_heads
+    total = np.zeros((k, k))
+    n_rows = 0
+    for _, ids, segs in tqdm(inputs, desc="head distances", unit="input", disable=not progress):
+        (attn,) = attention(lm, [(ids, segs)])
+        sums, n = js_sums(attn)
+        total += sums
+        n_rows += n
+    js = total / n_rows
+    js = (js + js.T) / 2
+    np.fill_diagonal(js, 0.0)
+    coords = MDS(n_components=2, metric="precomputed", init="classical_mds", random_state=0).fit_transform(js)
+    clusters = fcluster(linkage(squareform(js, checks=False), method="average"), n_clusters, criterion="maxclust")
+    _write(store, run_id, lm, js, n_rows, coords, clusters)
+
+
+def _write(
+    store: Store, run_id: str, lm: LoadedModel, js: np.ndarray, n_rows: int, coords: np.ndarray, clusters: np.ndarray
+) -> None:
+    k = lm.n_layers * lm.n_heads
+    a, b = np.divmod(np.arange(k * k), k)
+    pairs = {
+        "run_id": run_id,
+        "layer_a": a // lm.n_heads,
+        "head_a": a % lm.n_heads,
+        "layer_b": b // lm.n_heads,
+        "head_b": b % lm.n_heads,
+        "js": js.reshape(-1),
+        "n_rows": n_rows,
+    }
+    heads = np.arange(k)
+    metrics = {"mds_x": coords[:, 0], "mds_y": coords[:, 1], "cluster": clusters.astype(float)}
+    scores = {
+        "run_id": run_id,
+        "analysis": ANALYSIS,
+        "layer": np.tile(heads // lm.n_heads, len(metrics)),
+        "head": np.tile(heads % lm.n_heads, len(metrics)),
+        "metric": np.repeat(list(metrics), k),
+        "value": np.concatenate(list(metrics.values())),
+    }
+    run_dir = store.data / run_id
+    write_parquet(to_table("head_pairs", pairs, k * k), run_dir / "head_pairs" / "distances.parquet")
+    write_parquet(to_table("head_scores", scores, 3 * k), run_dir / "head_scores" / "distances.parquet")
+    store.refresh_views()
