@@ -71,23 +71,37 @@ class _Entities:
             at = match.end()
             single, opening, closing = match.groups()
             if single is not None:
-                done.append(Mention(self._eid(single), pos, pos))
+                key = self._key(single)
+                if self._first_part(key):
+                    done.append(Mention(self._eid(key), pos, pos))
             elif opening is not None:
-                self.open.setdefault(self._eid(opening), []).append((pos, lineno))
+                self.open.setdefault(self._key(opening), []).append((pos, lineno))
             else:
-                eid = self._eid(closing)
-                starts = self.open.get(eid)
+                key = self._key(closing)
+                starts = self.open.get(key)
                 if not starts:
-                    raise AtlasError(f"{self.path}:{lineno}: Entity bracket closes '{eid}', which is not open")
+                    raise AtlasError(f"{self.path}:{lineno}: Entity bracket closes '{key}', which is not open")
                 start, _ = starts.pop()
-                done.append(Mention(eid, start, pos))
+                if self._first_part(key):
+                    done.append(Mention(self._eid(key), start, pos))
         if at != len(value):
             raise AtlasError(f"{self.path}:{lineno}: malformed Entity value '{value}'")
         return done
 
     @staticmethod
-    def _eid(attrs: str) -> str:
-        return _DISCONTINUOUS.sub("", attrs.split("-", 1)[0])
+    def _key(attrs: str) -> str:
+        """Entity id with its discontinuous-part marker, e.g. 'e5[1/2]'."""
+        return attrs.split("-", 1)[0]
+
+    @staticmethod
+    def _eid(key: str) -> str:
+        return _DISCONTINUOUS.sub("", key)
+
+    @staticmethod
+    def _first_part(key: str) -> bool:
+        """A discontinuous mention ('[k/n]' parts) is kept as its first part only, so it counts once."""
+        part = _DISCONTINUOUS.search(key)
+        return part is None or part.group(0).startswith("[1/")
 
     def close_document(self) -> None:
         for eid, starts in self.open.items():
@@ -132,6 +146,16 @@ def _check_heads(path: Path, sentence: Sentence, lines: list[int]) -> None:
             raise AtlasError(f"{path}:{lineno}: HEAD {word.head} is out of range (sentence has {n} words)")
 
 
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines, decoded one by one so that bad UTF-8 is reported with its line."""
+    with path.open("rb") as handle:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                yield lineno, raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise AtlasError(f"{path}:{lineno}: not valid UTF-8") from None
+
+
 def read_conllu(path: Path) -> Iterator[Sentence]:
     """Yield the sentences of a CoNLL-U file in order."""
     if not path.is_file():
@@ -153,37 +177,40 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
         word_lines.clear()
         return done
 
-    with path.open(encoding="utf-8-sig") as handle:
-        for lineno, raw in enumerate(handle, start=1):
-            line = raw.rstrip("\r\n")
-            if not line.strip():
-                if (done := finish()) is not None:
-                    yield done
-                continue
-            if line.startswith("#"):
-                key, _, value = line[1:].partition("=")
-                key, value = key.strip(), value.strip()
-                if key == "newdoc id" or (key.startswith("newdoc") and not value):
-                    if sentence is not None:
-                        raise AtlasError(f"{path}:{lineno}: comment inside a sentence")
-                    entities.close_document()
-                    doc_id = value or f"doc-line-{lineno}"
-                elif key == "sent_id":
-                    sent_id = value
-                continue
-            cols = line.split("\t")
-            if len(cols) != 10:
-                raise AtlasError(f"{path}:{lineno}: expected 10 tab-separated columns, found {len(cols)}")
-            if "-" in cols[0] or "." in cols[0]:
-                continue  # multiword-token range or empty node
-            if sentence is None:
-                sentence = Sentence(index, sent_id or f"s{index + 1}", doc_id, lineno)
+    for lineno, raw in _lines(path):
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            if (done := finish()) is not None:
+                yield done
+            continue
+        if line.startswith("#"):
+            key, _, value = line[1:].partition("=")
+            key, value = key.strip(), value.strip()
+            if key == "newdoc id" or (key.startswith("newdoc") and not value):
+                if sentence is not None:
+                    raise AtlasError(f"{path}:{lineno}: comment inside a sentence")
+                entities.close_document()
+                doc_id = value or f"doc-line-{lineno}"
+            elif key == "sent_id":
+                sent_id = value
+            continue
+        cols = line.split("\t")
+        if len(cols) != 10:
+            raise AtlasError(f"{path}:{lineno}: expected 10 tab-separated columns, found {len(cols)}")
+        if "-" in cols[0]:
+            continue  # multiword-token range: its words follow
+        if sentence is None:
+            sentence = Sentence(index, sent_id or f"s{index + 1}", doc_id, lineno)
+        if "." in cols[0]:  # empty node: not a word, but its coreference brackets count (at the word before)
+            at = max(len(sentence.words), 1)
+        else:
             word = _parse_word(path, lineno, cols, len(sentence.words) + 1)
             sentence.words.append(word)
             word_lines.append(lineno)
-            for item in (word.misc or "").split("|"):
-                if item.startswith("Entity="):
-                    sentence.mentions.extend(entities.feed(item[len("Entity=") :], (index, word.id), lineno))
+            at = word.id
+        for item in cols[9].split("|"):
+            if item.startswith("Entity="):
+                sentence.mentions.extend(entities.feed(item[len("Entity=") :], (index, at), lineno))
     if (done := finish()) is not None:
         yield done
     entities.close_document()

@@ -86,3 +86,27 @@ def test_malformed_lines_name_file_and_line(tmp_path, bad, line, message):
     assert str(err.value).startswith(f"{path}:{line}: ")
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_empty_node_brackets_and_discontinuous_mentions(tmp_path):
+    text = (
+        "1\tA\ta\tDET\tDT\t_\t2\tdet\t_\tEntity=(e1-x\n"
+        "1.1\tB\tb\tNOUN\tNN\t_\t_\t_\t_\tEntity=e1)\n"
+        "2\tC\tc\tNOUN\tNN\t_\t0\troot\t_\tEntity=(e2[1/2]-y)\n"
+        "3\tD\td\tVERB\tVB\t_\t2\tdep\t_\t_\n"
+        "4\tE\te\tNOUN\tNN\t_\t2\tobj\t_\tEntity=(e2[2/2]-y)\n\n"
+    )
+    (sentence,) = read_conllu(write(tmp_path, text))
+    assert [w.form for w in sentence.words] == ["A", "C", "D", "E"]
+    # the bracket closed on the empty node closes at the word before it; a discontinuous mention counts once
+    assert sorted((m.entity_id, m.start, m.end) for m in sentence.mentions) == [
+        ("e1", (0, 1), (0, 1)),
+        ("e2", (0, 2), (0, 2)),
+    ]
+
+
+def test_bad_encoding_names_the_line(tmp_path):
+    path = tmp_path / "c.conllu"
+    path.write_bytes(b"# sent_id = a\n1\tcaf\xe9\tx\tNOUN\tNN\t_\t0\troot\t_\t_\n\n")
+    with pytest.raises(AtlasError, match=r"c.conllu:2: not valid UTF-8"):
+        list(read_conllu(path))
