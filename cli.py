@@ -35,6 +35,8 @@ class AtlasGroup(click.Group):
             return super().invoke(ctx)
         except AtlasError as exc:
             raise click.ClickException(str(exc)) from None
+        except (OSError, duckdb.Error) as exc:  # a file that cannot be read or written, a locked store
+            raise click.ClickException(str(exc).strip().splitlines()[0]) from None
         except KeyboardInterrupt:
             click.echo("interrupted: re-run the same command to resume", err=True)
             raise click.exceptions.Exit(130) from None
@@ -232,7 +234,7 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
 @out_option
 def sql(statement: str, store_path: str | None, fmt: str, out: Path | None) -> None:
     """Run read-only SQL over the store (only SELECT statements are accepted)."""
-    con = _store(store_path).connect()
+    con = _store(store_path).connect(sandboxed=True)
     try:
         parsed = con.extract_statements(statement)
     except duckdb.Error as exc:

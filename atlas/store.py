@@ -12,6 +12,7 @@ file is written under a temporary name and renamed once complete.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from functools import cache
@@ -96,6 +97,8 @@ class Store:
             return
         if self.root.exists() and not self.root.is_dir():
             raise AtlasError(f"--store '{self.root}': exists and is not a directory")
+        if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
+            raise AtlasError(f"--store '{self.root}': the path must not contain * ? [ ] {{ }} (file patterns)")
         self.data.mkdir(parents=True, exist_ok=True)
         tmp = self.root / f".{DB_NAME}.tmp"
         tmp.unlink(missing_ok=True)
@@ -107,9 +110,10 @@ class Store:
         os.replace(tmp, self.db)
 
     def _view_state(self) -> str:
-        """What the views depend on: the store's location and which tables have Parquet files."""
+        """What the views depend on: the store's location, the schema, and which tables have files."""
         backed = [name for name in table_schemas() if any(self.data.glob(f"*/{name}/*.parquet"))]
-        return f"{self.root.resolve()}|{','.join(backed)}"
+        schema = hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest()[:16]
+        return f"{self.root.resolve()}|{schema}|{','.join(backed)}"
 
     def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
@@ -139,9 +143,10 @@ class Store:
         finally:
             con.close()
 
-    def connect(self) -> duckdb.DuckDBPyConnection:
+    def connect(self, sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
         """A read-only connection; the views are re-pointed first if the store folder moved or a table
-        got its first Parquet files since they were written."""
+        got its first Parquet files since they were written. ``sandboxed``: for user SQL, no extension
+        installs and no file access outside the store's data folder (for the rest of the process)."""
         if not self.exists():
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
@@ -150,7 +155,25 @@ class Store:
             con.close()
             self.refresh_views()
             con = self._open(read_only=True)
+        if sandboxed and con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
+            data = str(self.data.resolve()).replace("'", "''")
+            con.execute(
+                "SET autoinstall_known_extensions = false; SET autoload_known_extensions = false; "
+                f"SET allowed_directories = ['{data}/']; SET enable_external_access = false"
+            )
         return con
+
+    def remove_if_empty(self) -> None:
+        """Undo ``create`` for a store that never received a run."""
+        if self.run_ids() or self.unfinished_runs():
+            return
+        self.db.unlink(missing_ok=True)
+        for folder in (self.data, self.staging, self.root):
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+
+    def run_ids(self) -> list[str]:
+        return sorted(p.name for p in self.data.iterdir() if p.is_dir()) if self.data.is_dir() else []
 
     def unfinished_runs(self) -> list[str]:
         """Runs whose ingest was interrupted (re-running the same ingest resumes them)."""

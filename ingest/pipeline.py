@@ -66,11 +66,15 @@ def check_corpus(path: Path) -> CorpusInfo:
     n = sum(1 for _ in read_conllu(path))
     if n == 0:
         raise AtlasError(f"{path}: the corpus holds no sentence")
+    return CorpusInfo(path, _sha256(path), n)
+
+
+def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while block := handle.read(1 << 20):
             digest.update(block)
-    return CorpusInfo(path, digest.hexdigest(), n)
+    return digest.hexdigest()
 
 
 def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
@@ -152,6 +156,53 @@ def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marke
     tmp.replace(marker)
 
 
+def _read_marker(marker: Path) -> dict | None:
+    """The counts of a finished chunk, or None when the chunk is not (completely) done."""
+    try:
+        return json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _stage_chunks(
+    corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
+) -> dict[str, int]:
+    """Run every chunk not yet marked done into the staging folder; return the run's totals."""
+    totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
+    sentences = _aligned(lm, read_conllu(corpus.path))
+    examples = group_examples(sentences, settings.pack, settings.max_length)
+    # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
+    with (
+        ThreadPoolExecutor(max_workers=1) as writer,
+        tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
+    ):
+        pending: Future | None = None
+        chunk = 0
+        while block := list(islice(examples, settings.chunk_examples)):
+            marker = staging / "done" / f"{chunk:05d}.json"
+            counts = _read_marker(marker)
+            if counts is not None:
+                bar.update(sum(len(e.sentences) for e in block))
+            else:
+                rows = _process_chunk(lm, run_id, block, settings, bar)
+                counts = {
+                    "examples": sum(not e.skipped for e in block),
+                    "skipped": sum(e.skipped for e in block),
+                    "tokens": rows.n_tokens,
+                    "edges": rows.n_edges,
+                }
+                if pending is not None:
+                    pending.result()
+                pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
+            for key in totals:
+                totals[key] += counts[key]
+            chunk += 1
+        if pending is not None:
+            pending.result()
+
+    return totals
+
+
 def ingest(
     corpus: CorpusInfo,
     store: Store,
@@ -172,43 +223,25 @@ def ingest(
     final = store.data / run_id
     if final.is_dir():
         return IngestResult(run_id, True, 0, 0, 0)
+    created = not store.exists()
     store.create()
     staging = store.staging / run_id
     (staging / "done").mkdir(parents=True, exist_ok=True)
     for tmp in staging.rglob(".*.tmp"):
         tmp.unlink()
-
-    totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    sentences = _aligned(lm, read_conllu(corpus.path))
-    examples = group_examples(sentences, settings.pack, max_length)
-    # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
-    with (
-        ThreadPoolExecutor(max_workers=1) as writer,
-        tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
-    ):
-        pending: Future | None = None
-        chunk = 0
-        while block := list(islice(examples, settings.chunk_examples)):
-            marker = staging / "done" / f"{chunk:05d}.json"
-            if marker.is_file():
-                counts = json.loads(marker.read_text())
-                bar.update(sum(len(e.sentences) for e in block))
-            else:
-                rows = _process_chunk(lm, run_id, block, settings, bar)
-                counts = {
-                    "examples": sum(not e.skipped for e in block),
-                    "skipped": sum(e.skipped for e in block),
-                    "tokens": rows.n_tokens,
-                    "edges": rows.n_edges,
-                }
-                if pending is not None:
-                    pending.result()
-                pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
-            for key in totals:
-                totals[key] += counts[key]
-            chunk += 1
-        if pending is not None:
-            pending.result()
+    try:
+        totals = _stage_chunks(corpus, lm, run_id, settings, staging, progress)
+        if _sha256(corpus.path) != corpus.sha256:
+            shutil.rmtree(staging)
+            raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
+    except KeyboardInterrupt:
+        raise  # the finished chunks stay staged: the same ingest resumes from them
+    except BaseException:
+        if not any((staging / "done").glob("*.json")):  # nothing to resume: leave the store as it was
+            shutil.rmtree(staging, ignore_errors=True)
+            if created:
+                store.remove_if_empty()
+        raise
 
     run_row = {
         "run_id": run_id,

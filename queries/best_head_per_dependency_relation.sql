@@ -15,7 +15,7 @@
 WITH arcs AS (
     SELECT example_id, word_idx AS dep, head_word_idx AS gov, deprel AS relation
     FROM words
-    WHERE run_id = $run AND head_word_idx IS NOT NULL
+    WHERE run_id = $run AND head_word_idx IS NOT NULL AND deprel IS NOT NULL
 ),
 totals AS (
     SELECT relation, count(*) AS n FROM arcs GROUP BY relation

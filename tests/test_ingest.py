@@ -155,3 +155,4 @@ def test_model_whose_attention_is_not_captured_is_refused(tmp_path):
     corpus = cut_conllu(EWT_SAMPLE, 2, tmp_path / "c.conllu")
     with pytest.raises(AtlasError, match="captured for 0 of 6 layers"):
         make_store(tmp_path / "s", corpus, lm)
+    assert not (tmp_path / "s").exists()  # the failed ingest left nothing behind
