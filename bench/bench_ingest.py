@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from atlas.catalogue import resolve, run_entry  # noqa: E402
 from atlas.store import Store  # noqa: E402
 from ingest.align import is_punct  # noqa: E402
-from ingest.conllu import read_conllu  # noqa: E402
+from ingest.conllu import read_conllu, write_first_sentences  # noqa: E402
 from ingest.examples import group_examples, layout  # noqa: E402
 from ingest.model import LoadedModel, attention, load_model  # noqa: E402
 from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, check_corpus, ingest  # noqa: E402
@@ -169,15 +169,7 @@ def exact_surface(inputs: list[dict], lm: LoadedModel) -> np.ndarray:
 
 
 def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work: Path) -> None:
-    subset = work / f"{corpus.stem}-first{n_sentences}.conllu"
-    lines, seen = [], 0
-    for line in corpus.read_text(encoding="utf-8").splitlines(keepends=True):
-        lines.append(line)
-        if not line.strip():
-            seen += 1
-            if seen == n_sentences:
-                break
-    subset.write_text("".join(lines), encoding="utf-8")
+    subset = write_first_sentences(corpus, n_sentences, work / f"{corpus.stem}-first{n_sentences}.conllu")
     _, inputs = forward_pass(lm, subset, base, keep=True)
     dense_bytes = sum(i["attn"].nbytes for i in inputs)
     dense_weights = sum(i["attn"].size for i in inputs)

@@ -214,3 +214,16 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
     if (done := finish()) is not None:
         yield done
     entities.close_document()
+
+
+def write_first_sentences(src: Path, n_sentences: int, dst: Path) -> Path:
+    """Copy the first n sentences of a CoNLL-U file (comments kept, lines unchanged) to ``dst``."""
+    out, seen = [], 0
+    for line in src.read_text(encoding="utf-8").splitlines(keepends=True):
+        out.append(line)
+        if not line.strip():
+            seen += 1
+            if seen == n_sentences:
+                break
+    dst.write_text("".join(out), encoding="utf-8")
+    return dst

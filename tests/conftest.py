@@ -10,6 +10,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.store import Store  # noqa: E402
+from ingest.conllu import write_first_sentences  # noqa: E402
 from ingest.model import LoadedModel, load_model  # noqa: E402
 from ingest.pipeline import Settings, check_corpus, ingest  # noqa: E402
 
@@ -20,15 +21,7 @@ GUM_SAMPLE = ROOT / "samples" / "ud" / "en_gum-ud-dev-sample.conllu"
 
 def cut_conllu(src: Path, n_sentences: int, dst: Path) -> Path:
     """The first n sentences of a CoNLL-U file (document comments kept)."""
-    out, seen = [], 0
-    for line in src.read_text(encoding="utf-8").splitlines(keepends=True):
-        out.append(line)
-        if not line.strip():
-            seen += 1
-            if seen == n_sentences:
-                break
-    dst.write_text("".join(out), encoding="utf-8")
-    return dst
+    return write_first_sentences(src, n_sentences, dst)
 
 
 @pytest.fixture(scope="session")
