@@ -228,6 +228,36 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
 
 
 @cli.command()
+@click.option("--train", "train_run", required=True, help="Run whose sentences the probes are trained on.")
+@click.option("--eval", "eval_run", required=True, help="Run the probes are scored on (same model).")
+@click.option("--epochs", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the train run.")
+@click.option("--seed", default=0, show_default=True, help="Seed of initialisation and batch order.")
+@click.option("--train-limit", type=click.IntRange(min=1), default=None, help="Only the first N train inputs.")
+@click.option("--eval-limit", type=click.IntRange(min=1), default=None, help="Only the first N eval inputs.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@store_option
+@format_option
+def probe(
+    train_run: str,
+    eval_run: str,
+    epochs: int,
+    seed: int,
+    train_limit: int | None,
+    eval_limit: int | None,
+    quiet: bool,
+    store_path: str | None,
+    fmt: str,
+) -> None:
+    """Train the attention probes of Clark et al. (Section 5) on one run, score UAS on another."""
+    from atlas.probe import Settings, run
+
+    settings = Settings(epochs=epochs, seed=seed, train_limit=train_limit, eval_limit=eval_limit)
+    results = run(_store(store_path), train_run, eval_run, settings, progress=not quiet)
+    emit(pl.DataFrame(results), fmt, None)
+    click.echo("written; see 'atlas query \"probe results\"'", err=True)
+
+
+@cli.command()
 @click.argument("statement")
 @store_option
 @format_option

@@ -159,3 +159,20 @@ CREATE TABLE head_scores (
     metric VARCHAR,              -- e.g. 'mds_x', 'mds_y', 'cluster'
     value DOUBLE
 );
+
+-- One attention probe or parser baseline scored on an eval run (written by 'atlas probe'; Clark et al.
+-- Section 5). Probes are trained on train_run_id's sentences with that run's model, from recomputed
+-- dense word-level maps, and scored on run_id's sentences by UAS (punctuation not scored).
+CREATE TABLE probes (
+    run_id VARCHAR,              -- the eval run
+    train_run_id VARCHAR,        -- the run the probe was trained on
+    probe VARCHAR,               -- attn-only | attn+glove | distances+glove | right-branching | left-branching
+    uas DOUBLE,                  -- percent of scored words whose predicted head is the gold head
+    n_correct INTEGER,
+    n_words INTEGER,             -- scored words of the eval run (every word but punct)
+    train_uas DOUBLE,            -- the same on the training sentences
+    n_train_sentences INTEGER,
+    epochs SMALLINT,
+    seed INTEGER,
+    glove VARCHAR                -- word vectors used, NULL when none
+);

@@ -16,8 +16,9 @@ from sklearn.manifold import MDS
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store, to_table, write_parquet
-from ingest.model import LoadedModel, attention, load_model
+from ingest.model import LoadedModel
 
 ANALYSIS = "head distances"
 PAIR_BLOCK = 8  # heads per block of the pairwise mixture entropy (bounds memory on long inputs)
@@ -41,40 +42,17 @@ def js_sums(attn: np.ndarray) -> tuple[np.ndarray, int]:
     return out.numpy(), n
 
 
-def _run_model(store: Store, run_id: str) -> LoadedModel:
-    con = store.connect()
-    row = con.execute(
-        "SELECT model_source, model_hash, random_init, seed FROM runs WHERE run_id = ?", [run_id]
-    ).fetchone()
-    con.close()
-    if row is None:
-        raise AtlasError(f"--run '{run_id}': no such run in {store.root} (see 'atlas runs')")
-    source, model_hash, random_init, seed = row
-    lm = load_model(source, random_init=random_init, seed=seed)
-    if lm.model_hash != model_hash:
-        raise AtlasError(f"--run '{run_id}': the model at {source} is not the one the run was made with")
-    return lm
-
-
 def compute(store: Store, run_id: str, n_examples: int, n_clusters: int, progress: bool = True) -> None:
     """Compute head distances for a run and write them into the store."""
-    lm = _run_model(store, run_id)
-    con = store.connect()
-    inputs = con.execute(
-        "SELECT example_id, list(piece_id ORDER BY tok_idx) AS ids, list(segment ORDER BY tok_idx) AS segs "
-        "FROM tokens WHERE run_id = ? AND example_id IN ("
-        "  SELECT example_id FROM examples WHERE run_id = ? AND NOT skipped ORDER BY example_id LIMIT ?) "
-        "GROUP BY example_id ORDER BY example_id",
-        [run_id, run_id, n_examples],
-    ).fetchall()
-    con.close()
+    lm = run_model(store, run_id)
+    inputs = stored_inputs(store, run_id, n_examples)
     if not inputs:
         raise AtlasError(f"--run '{run_id}': the run has no input to compare heads on")
     k = lm.n_layers * lm.n_heads
     total = np.zeros((k, k))
     n_rows = 0
-    for _, ids, segs in tqdm(inputs, desc="head distances", unit="input", disable=not progress):
-        (attn,) = attention(lm, [(ids, segs)])
+    maps = dense_maps(lm, inputs)
+    for _, attn in tqdm(maps, total=len(inputs), desc="head distances", unit="input", disable=not progress):
         sums, n = js_sums(attn)
         total += sums
         n_rows += n

@@ -303,3 +303,66 @@ def coreference(model_path: str, sentences: list[RefSentence], max_length: int) 
                     scores[name][key][0] += word in gold
                     scores[name][key][1] += 1
     return scores
+
+
+def unit_map(attn_lh: np.ndarray, word_ids: list[int | None], pieces: list[str]) -> tuple[np.ndarray, int, int]:
+    """Word-level map of one head over words, then [CLS], then every [SEP] together (loops)."""
+    n_words = 1 + max(w for w in word_ids if w is not None)
+    units: list[list[int]] = [[] for _ in range(n_words + 2)]
+    for t, w in enumerate(word_ids):
+        units[w if w is not None else (n_words if pieces[t] == "[CLS]" else n_words + 1)].append(t)
+    to_units = np.stack([attn_lh[:, dst].sum(axis=1) for dst in units], axis=1)
+    return np.stack([to_units[src].mean(axis=0) for src in units]), n_words, n_words + 1
+
+
+def attn_only_uas(model_path: str, sentences: list[RefSentence], weights: dict[str, np.ndarray]) -> tuple[int, int]:
+    """Clark et al.'s attention-only probe with given per-head weights, scored by loops: (correct, words).
+
+    ``weights[metric]`` is ``[layers, heads]``. Word maps are rounded to float16, the probe's input precision.
+    """
+    tok = AutoTokenizer.from_pretrained(model_path)
+    correct = total = 0
+    for s, (attn, word_ids) in zip(sentences, dense_attention(model_path, sentences), strict=True):
+        n = len(s.forms)
+        if n < 2:
+            continue
+        pieces = tok.convert_ids_to_tokens(tok(s.forms, is_split_into_words=True)["input_ids"])
+        n_layers, n_heads = attn.shape[:2]
+        logits = np.zeros((n, n + 1))
+        for layer in range(n_layers):
+            for head in range(n_heads):
+                m, cls, sep = unit_map(attn[layer, head], word_ids, pieces)
+                m = m.astype(np.float16).astype(np.float64)
+                w = {key: value[layer, head] for key, value in weights.items()}
+                for j in range(n):
+                    logits[j, 0] += (
+                        w["root_cls_dep_to_head"] * m[j, cls]
+                        + w["root_cls_head_to_dep"] * m[cls, j]
+                        + w["root_sep_dep_to_head"] * m[j, sep]
+                        + w["root_sep_head_to_dep"] * m[sep, j]
+                    )
+                    for i in range(n):
+                        logits[j, i + 1] += w["weight_dep_to_head"] * m[j, i] + w["weight_head_to_dep"] * m[i, j]
+        for j in range(n):
+            logits[j, j + 1] = -np.inf
+            if s.deprels[j].split(":")[0] != "punct":
+                total += 1
+                correct += int(np.argmax(logits[j]) == s.heads[j])
+    return correct, total
+
+
+def branching_uas(sentences: list[RefSentence], offset: int) -> tuple[int, int]:
+    """UAS of 'each word's head is the word at ``offset``' (the root where there is none)."""
+    correct = total = 0
+    for s in sentences:
+        n = len(s.forms)
+        if n < 2:
+            continue
+        for j in range(n):
+            if s.deprels[j].split(":")[0] == "punct":
+                continue
+            target = j + offset
+            predicted = target + 1 if 0 <= target < n else 0
+            total += 1
+            correct += int(predicted == s.heads[j])
+    return correct, total

@@ -55,15 +55,15 @@ def test_head_distances_equal_scipy_jensen_shannon(tmp_path, model):
 def test_distances_refuse_a_different_model(tmp_path, model, monkeypatch):
     corpus = cut_conllu(EWT_SAMPLE, 2, tmp_path / "c.conllu")
     store, run_id = make_store(tmp_path / "s", corpus, model)
-    import atlas.distances as distances
+    import atlas.recompute as recompute
 
-    real = distances.load_model
+    real = recompute.load_model
 
     def other_weights(*args, **kwargs):
         lm = real(*args, **kwargs)
         lm.model_hash = "something else"
         return lm
 
-    monkeypatch.setattr(distances, "load_model", other_weights)
+    monkeypatch.setattr(recompute, "load_model", other_weights)
     with pytest.raises(AtlasError, match="is not the one the run was made with"):
         compute(store, run_id, n_examples=2, n_clusters=3, progress=False)
