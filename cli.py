@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -11,20 +10,13 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from atlas.catalogue import Entry, entries, resolve, run_entry
+from atlas.cli_options import format_option, out_option, store_at, store_option
 from atlas.errors import AtlasError
-from atlas.output import FORMATS, emit
-from atlas.store import Store, table_schemas
+from atlas.output import emit
+from atlas.store import table_schemas
+from atlas.tasks.commands import TASK_COMMANDS
 
-STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
-
-
-def _store(path: str | None) -> Store:
-    return Store(Path(path or os.environ.get("ATLAS_STORE") or "atlas-store"))
-
-
-store_option = click.option("--store", "store_path", type=click.Path(file_okay=False), help=STORE_HELP)
-format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-out_option = click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file.")
+_store = store_at  # the store named by --store or $ATLAS_STORE
 
 
 class AtlasGroup(click.Group):
@@ -306,3 +298,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+for _command in TASK_COMMANDS:
+    cli.add_command(_command)

@@ -176,3 +176,40 @@ CREATE TABLE probes (
     seed INTEGER,
     glove VARCHAR                -- word vectors used, NULL when none
 );
+
+-- One dev-set evaluation of a task model (written by 'atlas finetune'): the rows of Kovaleva et al.
+-- Table 1 (pre-trained without fine-tuning, random init + fine-tuning, pre-trained + fine-tuning).
+CREATE TABLE task_models (
+    run_id VARCHAR,              -- <task>__<checkpoint folder>__<hash of its weights>
+    task VARCHAR,                -- SST-2, MRPC, RTE, STS-B, QQP, QNLI, MNLI
+    model VARCHAR,               -- the encoder it was made from (hub id, path, or the embedded default)
+    init VARCHAR,                -- pretrained | random (fresh weights from the config, seeded)
+    epochs SMALLINT,             -- 0: not fine-tuned (the task head keeps its seeded initial weights)
+    n_train INTEGER,             -- training examples used (the first N after a seeded shuffle)
+    learning_rate DOUBLE,
+    seed INTEGER,
+    checkpoint VARCHAR,          -- folder the model was saved to (safetensors, config, tokenizer)
+    n_examples INTEGER,          -- dev examples evaluated
+    metric VARCHAR,              -- accuracy | f1 | pearson | spearman, in percent
+    value DOUBLE,
+    primary_metric VARCHAR,      -- the task's headline metric (accuracy; f1 for MRPC/QQP; pearson for STS-B)
+    created_at TIMESTAMP
+);
+
+-- One dev-set evaluation of a task model with heads disabled or masked ('atlas ablate', 'atlas importance').
+CREATE TABLE ablations (
+    run_id VARCHAR,              -- the task model's run id (see task_models)
+    task VARCHAR,
+    method VARCHAR,              -- uniform: attention 1/L over the real tokens (Kovaleva et al.) |
+                                 --   mask: the head's output times 0 (Michel et al.)
+    kind VARCHAR,                -- head | layer | pruned | all_but_one
+    layer TINYINT,               -- head/layer: what was disabled; all_but_one: the layer, and the kept head
+    head TINYINT,
+    pruned_share DOUBLE,         -- pruned: share of all heads masked, least important first
+    n_examples INTEGER,
+    metric VARCHAR,
+    value DOUBLE,
+    primary_metric VARCHAR,      -- the task's headline metric
+    baseline DOUBLE,             -- the same metric with nothing disabled
+    delta DOUBLE                 -- value - baseline
+);

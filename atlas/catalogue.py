@@ -55,7 +55,8 @@ class Entry:
         known = {p.name for p in self.parameters}
         for key in values:
             if key not in known:
-                raise AtlasError(f"--param {key}: '{self.name}' takes {', '.join(sorted(known))}")
+                takes = ", ".join(sorted(known)) or "no parameters"
+                raise AtlasError(f"--param {key}: '{self.name}' takes {takes}")
         bound: dict[str, object] = {}
         for p in self.parameters:
             raw = values.get(p.name, p.default)

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from atlas.errors import AtlasError
 from atlas.recompute import dense_maps, run_model, stored_inputs
-from atlas.store import Store, to_table, write_parquet
+from atlas.store import Store
 from ingest.model import LoadedModel
 
 ANALYSIS = "head distances"
@@ -88,7 +88,5 @@ def _write(
         "metric": np.repeat(list(metrics), k),
         "value": np.concatenate(list(metrics.values())),
     }
-    run_dir = store.data / run_id
-    write_parquet(to_table("head_pairs", pairs, k * k), run_dir / "head_pairs" / "distances.parquet")
-    write_parquet(to_table("head_scores", scores, 3 * k), run_dir / "head_scores" / "distances.parquet")
-    store.refresh_views()
+    store.put(run_id, "head_pairs", "distances", pairs, k * k)
+    store.put(run_id, "head_scores", "distances", scores, 3 * k)

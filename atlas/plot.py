@@ -5,6 +5,9 @@
   (Clark et al.'s Figure 2).
 - ``mds``: columns x, y and a cluster: every head as a labelled point, coloured by its cluster
   (Clark et al.'s Figure 6).
+- ``bars``: columns x, y and a baseline: one bar per x and the baseline as a line (Kovaleva et al.'s
+  Figure 9).
+- ``curve``: columns x, y and a group: one line per group (Michel et al.'s pruning curves).
 """
 
 from __future__ import annotations
@@ -78,6 +81,34 @@ def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> plt.F
     return fig
 
 
+def _bars(df: pl.DataFrame, x: str, y: str, baseline: str, title: str) -> plt.Figure:
+    """One bar per ``x`` (e.g. a disabled layer) with the baseline as a line (Kovaleva et al. Figure 9)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(df[x].cast(pl.Utf8), df[y], color="tab:blue")
+    ax.axhline(df[baseline][0], color="tab:orange", label="baseline")
+    low = min(df[y].min(), df[baseline][0])
+    high = max(df[y].max(), df[baseline][0])
+    ax.set_ylim(low - 0.1 * (high - low + 1), high + 0.1 * (high - low + 1))
+    ax.set_xlabel(x)
+    ax.set_ylabel(df["metric"][0] if "metric" in df.columns else y)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> plt.Figure:
+    """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task)."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    points = df.filter(pl.col(x).is_not_null()).sort(x)
+    for (name,), part in points.group_by(group, maintain_order=True):
+        ax.plot(part[x] * 100 if x.endswith("share") else part[x], part[y], marker="o", markersize=3, label=name)
+    ax.set_xlabel(f"{x} (%)" if x.endswith("share") else x)
+    ax.set_ylabel(y)
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
 def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
@@ -85,15 +116,16 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
-    if kind == "mds":
-        _save(_mds(heads, *columns, title=f"{entry.name} ({entry.paper})"), out)
+    title = f"{entry.name} ({entry.paper})"
+    if kind in ("mds", "bars", "curve"):
+        _save({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title), out)
         return
     draw = {"heatmap": _heatmap, "layers": _layers}[kind]
     width = 5.5 if kind == "heatmap" else 3.5
     fig, axes = plt.subplots(1, len(columns), figsize=(width * len(columns), 4), squeeze=False)
     for ax, column in zip(axes[0], columns, strict=True):
         draw(ax, _grid(heads, column), column)
-    fig.suptitle(f"{entry.name} ({entry.paper})", fontsize=9)
+    fig.suptitle(title, fontsize=9)
     _save(fig, out)
 
 

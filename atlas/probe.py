@@ -22,7 +22,7 @@ from atlas.errors import AtlasError
 from atlas.probe_data import GLOVE_NAME, Batch, Glove, batches, load_sentences
 from atlas.probe_models import AttnGlove, AttnOnly, DistancesGlove, branching
 from atlas.recompute import run_model
-from atlas.store import Store, to_table, write_parquet
+from atlas.store import Store
 
 ANALYSIS = "attention probe"
 LEARNING_RATE = 0.01
@@ -146,8 +146,7 @@ def _write(
 ) -> None:
     columns = {key: [r[key] for r in results] for key in results[0]}
     columns |= {"run_id": eval_run, "train_run_id": train_run, "n_train_sentences": n_train, "seed": settings.seed}
-    table = to_table("probes", columns, len(results))
-    write_parquet(table, store.data / eval_run / "probes" / f"{train_run}.parquet")
+    store.put(eval_run, "probes", train_run, columns, len(results))
 
     k = n_layers * n_heads
     weight = attn_only.weight.detach().double().numpy()
@@ -169,7 +168,4 @@ def _write(
         "metric": np.repeat(list(metrics), k),
         "value": np.concatenate(list(metrics.values())),
     }
-    write_parquet(
-        to_table("head_scores", scores, len(metrics) * k), store.data / train_run / "head_scores" / "probe.parquet"
-    )
-    store.refresh_views()
+    store.put(train_run, "head_scores", "probe", scores, len(metrics) * k)

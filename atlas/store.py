@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
         if isinstance(value, str):
             indices = pa.array(np.zeros(n_rows, dtype=np.int32))
             arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value], field.type)))
-        elif value is None or isinstance(value, int | float | bool):
+        elif value is None or isinstance(value, int | float | bool | datetime):
             arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
         else:
             arrays.append(pa.array(value).cast(field.type))
@@ -162,6 +163,11 @@ class Store:
                 f"SET allowed_directories = ['{data}/']; SET enable_external_access = false"
             )
         return con
+
+    def put(self, run_id: str, table: str, name: str, columns: dict[str, object], n_rows: int) -> None:
+        """Write one results file of ``table`` for a run (atomically; replacing one of the same name)."""
+        write_parquet(to_table(table, columns, n_rows), self.data / run_id / table / f"{name}.parquet")
+        self.refresh_views()
 
     def remove_if_empty(self) -> None:
         """Undo ``create`` for a store that never received a run."""

@@ -21,6 +21,7 @@ from transformers import AttentionInterface, AutoConfig, AutoModel, AutoTokenize
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 from atlas.errors import AtlasError
+from ingest import intervene
 
 CAPTURE = "atlas_capture"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -37,7 +38,7 @@ def _capture_attention(
     dropout: float = 0.0,
     **kwargs: object,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention that records its probabilities ``[batch, heads, q, k]``."""
+    """Eager attention that records its probabilities ``[batch, heads, q, k]`` (after any intervention)."""
     if scaling is None:
         scaling = query.size(-1) ** -0.5
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
@@ -47,14 +48,16 @@ def _capture_attention(
         else:
             scores = scores + attention_mask
     probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
+    probs = intervene.apply(module, probs, attention_mask)
     if _recorded is not None:
         _recorded.append(probs.detach())
     probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = torch.matmul(probs, value).transpose(1, 2).contiguous()
-    return output, probs
+    output = intervene.gate(module, torch.matmul(probs, value))
+    return output.transpose(1, 2).contiguous(), probs
 
 
 transformers.utils.logging.disable_progress_bar()
+transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
 AttentionInterface.register(CAPTURE, _capture_attention)
 AttentionMaskInterface.register(CAPTURE, eager_mask)
 
@@ -109,23 +112,33 @@ def _weights_hash(source: str) -> str:
     return digest.hexdigest()
 
 
-def load_model(name: str | None, random_init: bool = False, seed: int = 0) -> LoadedModel:
-    """Load a model by hub id or local path (the embedded default when ``name`` is None)."""
+def load_model(
+    name: str | None,
+    random_init: bool = False,
+    seed: int = 0,
+    auto_class: type = AutoModel,
+    **config_overrides: object,
+) -> LoadedModel:
+    """Load a model by hub id or local path (the embedded default when ``name`` is None).
+
+    ``auto_class`` picks the head (``AutoModel``: the bare encoder; a task head's weights are
+    initialised under ``seed`` when the checkpoint has none); ``config_overrides`` go to its config.
+    """
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
     looks_local = os.sep in source or source.startswith(".") or Path(source).exists()
     if looks_local and not Path(source).is_dir():
         raise AtlasError(f"--model '{shown}': no such model directory")
     try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False)
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **config_overrides)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        torch.manual_seed(seed)
         if random_init:
-            torch.manual_seed(seed)
-            model = AutoModel.from_config(config, attn_implementation=CAPTURE, trust_remote_code=False)
+            model = auto_class.from_config(config, attn_implementation=CAPTURE, trust_remote_code=False)
             model_hash = hashlib.sha256(f"{config.to_json_string()}|seed={seed}".encode()).hexdigest()
         else:
-            model = AutoModel.from_pretrained(
-                source, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
+            model = auto_class.from_pretrained(
+                source, config=config, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
             )
             model_hash = _weights_hash(source)
     except (OSError, ValueError, KeyError) as exc:

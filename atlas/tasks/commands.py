@@ -1,0 +1,156 @@
+"""``atlas finetune``, ``atlas ablate`` and ``atlas importance``: task models and their ablation scores."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import polars as pl
+
+from atlas.cli_options import format_option, quiet_option, store_at, store_option
+from atlas.output import emit
+
+task_option = click.option("--task", required=True, help="SST-2, MRPC, RTE, STS-B, QQP, QNLI or MNLI.")
+data_option = click.option(
+    "--data", required=True, help="Folder with the task's GLUE train.tsv and dev.tsv, or a hub data set (e.g. glue)."
+)
+limit_option = click.option(
+    "--dev-limit", type=click.IntRange(min=1), default=None, help="Only the first N dev examples."
+)
+
+
+def _dev(spec, data: str, limit: int | None):
+    from atlas.tasks.glue import load_split
+
+    return load_split(spec, data, "dev").head(limit)
+
+
+@click.command()
+@task_option
+@data_option
+@click.option("--model", default=None, help="Encoder: HF id or local path (default: embedded all-MiniLM-L6-v2).")
+@click.option("--random-init", is_flag=True, help="Fresh random encoder weights from the config (seeded).")
+@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder.")
+@click.option("--epochs", default=3, show_default=True, type=click.IntRange(min=0), help="0: save without training.")
+@click.option("--train-limit", default=4000, show_default=True, type=click.IntRange(min=0), help="0: all.")
+@click.option("--learning-rate", default=5e-5, show_default=True, type=float)
+@click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--seed", default=0, show_default=True)
+@limit_option
+@quiet_option
+@store_option
+def finetune(
+    task: str,
+    data: str,
+    model: str | None,
+    random_init: bool,
+    out: Path,
+    epochs: int,
+    train_limit: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    dev_limit: int | None,
+    quiet: bool,
+    store_path: str | None,
+) -> None:
+    """Fine-tune an encoder on a GLUE task (CPU), save it, and record its dev metrics in the store."""
+    from atlas.tasks.classifier import load_task_model
+    from atlas.tasks.finetune import TrainSettings
+    from atlas.tasks.finetune import finetune as run
+    from atlas.tasks.glue import load_split, task_spec
+    from atlas.tasks.record import write_task_model
+
+    spec = task_spec(task)
+    train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)
+    tm = load_task_model(model, spec, random_init=random_init, seed=seed)
+    settings = TrainSettings(epochs, train_limit or None, learning_rate, batch_size, seed=seed)
+    info = run(tm, train_set, dev_set, settings, out, progress=not quiet)
+    saved = load_task_model(str(out), spec)
+    run_id = write_task_model(store_at(store_path), saved, info, out)
+    metrics = ", ".join(f"{k} {v:.2f}" for k, v in info["dev_metrics"].items())
+    click.echo(f"{spec.name}: dev {metrics} ({info['n_train']} training examples) -> {out}; run {run_id}")
+
+
+@click.command()
+@click.option("--model", required=True, help="A checkpoint of 'atlas finetune' (or any encoder: a fresh head).")
+@task_option
+@data_option
+@click.option("--method", type=click.Choice(["uniform", "mask"]), default="uniform", show_default=True)
+@click.option("--heads/--no-heads", default=True, show_default=True, help="Disable each head alone.")
+@click.option("--layers/--no-layers", default=True, show_default=True, help="Disable each whole layer.")
+@click.option("--no-reuse", is_flag=True, help="Recompute every layer for every ablation (for comparison).")
+@limit_option
+@store_option
+@format_option
+def ablate(
+    model: str,
+    task: str,
+    data: str,
+    method: str,
+    heads: bool,
+    layers: bool,
+    no_reuse: bool,
+    dev_limit: int | None,
+    store_path: str | None,
+    fmt: str,
+) -> None:
+    """Disable every head and every layer in turn (uniform attention or masked output); store the scores."""
+    from atlas.tasks.ablate import sweep
+    from atlas.tasks.classifier import encode, load_task_model
+    from atlas.tasks.glue import task_spec
+    from atlas.tasks.record import write_ablations
+
+    spec = task_spec(task)
+    dev = _dev(spec, data, dev_limit)
+    tm = load_task_model(model, spec)
+    baseline, rows = sweep(tm, encode(tm, dev), method, heads=heads, layers=layers, reuse=not no_reuse)
+    run_id = write_ablations(store_at(store_path), tm, method, method, rows, baseline, len(dev))
+    main = spec.metrics[0]
+    best = max(rows, key=lambda r: r["metrics"][main])
+    emit(
+        pl.DataFrame(
+            [
+                {
+                    "run_id": run_id,
+                    "baseline": baseline[main],
+                    "best": best["metrics"][main],
+                    **{k: best[k] for k in ("kind", "layer", "head")},
+                }
+            ]
+        ),
+        fmt,
+        None,
+    )
+
+
+@click.command()
+@click.option("--model", required=True, help="A checkpoint of 'atlas finetune'.")
+@task_option
+@data_option
+@limit_option
+@store_option
+@format_option
+def importance(model: str, task: str, data: str, dev_limit: int | None, store_path: str | None, fmt: str) -> None:
+    """Michel et al. head importance, the pruning curve and "all heads but one"; stored."""
+    from atlas.tasks.classifier import encode, load_task_model
+    from atlas.tasks.glue import task_spec
+    from atlas.tasks.importance import head_importance, normalise, pruning_and_single_heads
+    from atlas.tasks.record import write_ablations, write_importance
+
+    spec = task_spec(task)
+    dev = _dev(spec, data, dev_limit)
+    tm = load_task_model(model, spec)
+    batches = encode(tm, dev)
+    raw = head_importance(tm, batches)
+    store = store_at(store_path)
+    write_importance(store, tm, raw, normalise(raw))
+    baseline, rows = pruning_and_single_heads(tm, batches, normalise(raw))
+    run_id = write_ablations(store, tm, "importance", "mask", rows, baseline, len(dev))
+    main = spec.metrics[0]
+    curve = [{"pruned_share": r["pruned_share"], main: r["metrics"][main]} for r in rows if r["kind"] == "pruned"]
+    emit(pl.DataFrame(curve), fmt, None)
+    click.echo(f"run {run_id}: see 'atlas query \"head importance\"' and 'atlas query \"pruning curve\"'", err=True)
+
+
+TASK_COMMANDS = (finetune, ablate, importance)

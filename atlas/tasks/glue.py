@@ -1,0 +1,169 @@
+"""GLUE data in its TSV formats (SST-2, MRPC, RTE, STS-B, QQP, QNLI, MNLI) and the papers' metrics.
+
+Columns are found by their header names, lines split on tabs only (GLUE files hold unbalanced quotes),
+a byte-order mark is dropped (MRPC). A malformed line is a one-line error naming the file and line.
+A name that is not a folder is read as a hub data set through ``datasets`` (GLUE configuration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+
+from atlas.errors import AtlasError
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    text_a: str  # header name of the first text
+    text_b: str | None  # of the second text, None for single-sentence tasks
+    label: str  # of the label or score
+    labels: tuple[str, ...] | None  # label values in class order; None: a regression score
+    metrics: tuple[str, ...]  # the first is the one ablations report
+    dev_file: str = "dev.tsv"
+    hub: str = ""  # GLUE configuration name on the hub
+
+    @property
+    def n_labels(self) -> int:
+        return 1 if self.labels is None else len(self.labels)
+
+
+TASKS = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("SST-2", "sentence", None, "label", ("0", "1"), ("accuracy",), hub="sst2"),
+        TaskSpec("MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"), hub="mrpc"),
+        TaskSpec("RTE", "sentence1", "sentence2", "label", ("0", "1"), ("accuracy",), hub="rte"),
+        TaskSpec("STS-B", "sentence1", "sentence2", "score", None, ("pearson", "spearman"), hub="stsb"),
+        TaskSpec("QQP", "question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"), hub="qqp"),
+        TaskSpec("QNLI", "question", "sentence", "label", ("entailment", "not_entailment"), ("accuracy",), hub="qnli"),
+        TaskSpec(
+            "MNLI",
+            "sentence1",
+            "sentence2",
+            "gold_label",
+            ("contradiction", "entailment", "neutral"),
+            ("accuracy",),
+            dev_file="dev_matched.tsv",
+            hub="mnli",
+        ),
+    )
+}
+ALIASES = {"entailment": "0", "not_entailment": "1"}  # RTE's label words, as GLUE numbers them
+
+
+@dataclass
+class Examples:
+    text_a: list[str]
+    text_b: list[str] | None
+    labels: np.ndarray  # class index (int64) or score (float32)
+
+    def __len__(self) -> int:
+        return len(self.text_a)
+
+    def head(self, n: int | None) -> Examples:
+        if n is None or n >= len(self):
+            return self
+        return Examples(self.text_a[:n], None if self.text_b is None else self.text_b[:n], self.labels[:n])
+
+
+def task_spec(name: str) -> TaskSpec:
+    wanted = name.upper().replace("_", "-")
+    for key, spec in TASKS.items():
+        if key in (wanted, wanted.replace("-", "")) or key.replace("-", "") == wanted.replace("-", ""):
+            return spec
+    raise AtlasError(f"--task '{name}': unknown; one of {', '.join(TASKS)}")
+
+
+def _label(spec: TaskSpec, raw: str, where: str) -> float | int:
+    raw = raw.strip()
+    if spec.labels is None:
+        try:
+            return float(raw)
+        except ValueError:
+            raise AtlasError(f"{where}: score '{raw}' is not a number") from None
+    value = raw if raw in spec.labels else ALIASES.get(raw, raw) if spec.name == "RTE" else raw
+    if value not in spec.labels:
+        raise AtlasError(f"{where}: label '{raw}' is not one of {', '.join(spec.labels)}")
+    return spec.labels.index(value)
+
+
+def read_tsv(spec: TaskSpec, path: Path) -> Examples:
+    """One GLUE TSV file of a task."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise AtlasError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise AtlasError(f"{path}: not UTF-8 ({exc.reason})") from None
+    lines = text.splitlines()
+    if not lines:
+        raise AtlasError(f"{path}:1: empty file, expected a header line")
+    header = lines[0].split("\t")
+    wanted = [spec.text_a, spec.label] + ([spec.text_b] if spec.text_b else [])
+    missing = [name for name in wanted if name not in header]
+    if missing:
+        raise AtlasError(f"{path}:1: header has no column {', '.join(repr(m) for m in missing)} ({spec.name} format)")
+    col = {name: header.index(name) for name in wanted}
+    text_a, text_b, labels = [], [], []
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        cells = line.split("\t")
+        where = f"{path}:{number}"
+        if len(cells) < len(header):
+            raise AtlasError(f"{where}: {len(cells)} columns, expected {len(header)}")
+        text_a.append(cells[col[spec.text_a]])
+        if spec.text_b:
+            text_b.append(cells[col[spec.text_b]])
+        labels.append(_label(spec, cells[col[spec.label]], where))
+    if not text_a:
+        raise AtlasError(f"{path}: no examples")
+    dtype = np.float32 if spec.labels is None else np.int64
+    return Examples(text_a, text_b if spec.text_b else None, np.array(labels, dtype=dtype))
+
+
+def load_split(spec: TaskSpec, data: str, split: str) -> Examples:
+    """``split`` ('train' or 'dev') of a task from a folder of GLUE TSV files, or a hub data set."""
+    folder = Path(data)
+    if folder.is_dir():
+        return read_tsv(spec, folder / ("train.tsv" if split == "train" else spec.dev_file))
+    if folder.exists():
+        raise AtlasError(f"--data '{data}': not a folder of GLUE TSV files")
+    if data.startswith((".", "/", "~")) or data.count("/") > 1:
+        raise AtlasError(f"--data '{data}': no such folder")
+    return _from_hub(spec, data, split)
+
+
+def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
+    import datasets
+
+    hub_split = "train" if split == "train" else ("validation_matched" if spec.name == "MNLI" else "validation")
+    try:
+        ds = datasets.load_dataset(name, spec.hub, split=hub_split)
+    except Exception as exc:  # the hub's errors have many types; the user gets the first line
+        raise AtlasError(f"--data '{name}': cannot load {spec.hub}/{hub_split} ({str(exc).splitlines()[0]})") from None
+    columns = {"SST-2": ("sentence", None), "MRPC": ("sentence1", "sentence2"), "QQP": ("question1", "question2")}
+    a, b = columns.get(spec.name, (spec.text_a, spec.text_b))
+    labels = np.array(ds["label"], dtype=np.float32 if spec.labels is None else np.int64)
+    return Examples(list(ds[a]), list(ds[b]) if b else None, labels)
+
+
+def metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """The papers' metrics in percent: accuracy; F1 of class 1 (MRPC, QQP); Pearson/Spearman (STS-B)."""
+    if spec.labels is None:
+        return {
+            "pearson": 100 * float(pearsonr(predictions, labels).statistic),
+            "spearman": 100 * float(spearmanr(predictions, labels).statistic),
+        }
+    out = {"accuracy": 100 * float(np.mean(predictions == labels))}
+    if "f1" in spec.metrics:
+        tp = float(np.sum((predictions == 1) & (labels == 1)))
+        fp = float(np.sum((predictions == 1) & (labels != 1)))
+        fn = float(np.sum((predictions != 1) & (labels == 1)))
+        out["f1"] = 100 * 2 * tp / max(2 * tp + fp + fn, 1.0)
+    return {name: out[name] for name in spec.metrics}

@@ -1,0 +1,27 @@
+-- name: head ablation
+-- aliases: head disabling, disable heads, single head ablation, kovaleva figure 8
+-- paper: Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT", Section 4.6, Figure 8
+-- description: The task metric on the dev set with one head disabled at a time, against the baseline
+--   with nothing disabled. Disabled = attention replaced by 1/L over the real tokens (method uniform,
+--   Kovaleva et al.) or the head's output multiplied by 0 (method mask, Michel et al.). Metric: the
+--   task's headline metric (accuracy; F1 for MRPC/QQP; Pearson for STS-B) unless given. Run 'atlas ablate' first.
+-- parameters:
+--   task: GLUE task (default: SST-2)
+--   method: uniform or mask (default: uniform)
+--   metric: metric name, empty for the task's first (default: )
+--   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
+-- plot: heatmap delta value
+
+WITH chosen AS (
+    SELECT run_id FROM ablations
+    WHERE task = $task AND method = $method AND kind = 'head'
+      AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+    ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = ablations.run_id) DESC NULLS LAST, run_id
+    LIMIT 1
+)
+SELECT a.task, a.run_id AS model_run, a.layer + 1 AS layer, a.head + 1 AS head, a.metric,
+       a.value, a.baseline, a.delta
+FROM ablations a
+WHERE a.run_id = (SELECT run_id FROM chosen) AND a.method = $method AND a.kind = 'head'
+  AND a.metric = coalesce(nullif($metric, ''), a.primary_metric)
+ORDER BY layer, head

@@ -1,0 +1,25 @@
+-- name: head importance
+-- aliases: michel importance, importance scores, gate gradients, michel et al
+-- paper: Michel et al. 2019, "Are Sixteen Heads Really Better than One?", Section 4.1
+-- description: Per head of a task model: I_h = mean over dev examples of |d loss / d xi_h|, xi_h a gate
+--   on the head's output (1 = on), and I_h divided by the l2 norm of its layer's scores (the
+--   normalisation used for pruning). Run 'atlas importance' first.
+-- parameters:
+--   task: GLUE task (default: SST-2)
+--   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
+-- plot: heatmap importance_normalised importance
+
+WITH chosen AS (
+    SELECT s.run_id FROM head_scores s
+    WHERE s.analysis = 'head importance' AND s.run_id LIKE $task || '\_\_%' ESCAPE '\'
+      AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
+    ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = s.run_id) DESC NULLS LAST, s.run_id
+    LIMIT 1
+)
+SELECT run_id AS model_run, layer + 1 AS layer, head + 1 AS head,
+       max(value) FILTER (WHERE metric = 'importance') AS importance,
+       max(value) FILTER (WHERE metric = 'importance_normalised') AS importance_normalised
+FROM head_scores
+WHERE analysis = 'head importance' AND run_id = (SELECT run_id FROM chosen)
+GROUP BY run_id, layer, head
+ORDER BY layer, head
