@@ -213,3 +213,14 @@ CREATE TABLE ablations (
     baseline DOUBLE,             -- the same metric with nothing disabled
     delta DOUBLE                 -- value - baseline
 );
+
+-- Gradient importance of attention (Clark et al. Figure 5), written by 'atlas grads': per layer, the
+-- mean over heads and (query, key) pairs of real tokens of |d loss / d attention weight| by key kind.
+CREATE TABLE attention_gradients (
+    run_id VARCHAR,              -- the task model's run id, or grads__<corpus>__<model>__<hash> for MLM
+    loss VARCHAR,                -- mlm | task:<TASK> (the fine-tuned task loss on its dev data)
+    layer TINYINT,
+    target VARCHAR,              -- sep: [SEP] | dot_comma: '.' and ',' | other
+    mean_abs_grad DOUBLE,
+    n_weights BIGINT             -- attention weights averaged over
+);

@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score
-from transformers import AutoTokenizer, BertConfig, BertModel
+from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
@@ -226,3 +226,55 @@ def test_task_errors_are_one_line(tiny, tmp_path):
         assert result.exit_code == 1 and message in result.output, result.output
         assert "Traceback" not in result.output
     assert not (tmp_path / "c").exists()
+
+
+def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):
+    """'atlas grads' (task loss) against torch.autograd.grad of the recorded attention, summed by loops."""
+    runner = CliRunner()
+    store = tmp_path / "store"
+    data = ["--task", "RTE", "--data", str(GLUE / "RTE")]
+    result = runner.invoke(cli, ["grads", "--model", str(tiny), "--limit", "8", "--store", str(store), *data])
+    assert result.exit_code == 0, result.output
+    entry = resolve("gradient importance")
+    df = run_entry(Store(store).connect(), entry, entry.bind({}))
+    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"task:RTE"}
+    # independent: one example at a time, gradients from torch.autograd.grad, sums by plain loops
+    tm = load_task_model(str(tiny), task_spec("RTE"))
+    dev = load_split(tm.spec, str(GLUE / "RTE"), "dev").head(8)
+    sums = np.zeros((N_LAYERS, 3))
+    counts = np.zeros((N_LAYERS, 3))
+    sep, punct = tm.lm.tokenizer.sep_token_id, {tm.lm.tokenizer.convert_tokens_to_ids(p) for p in ".,"}
+    for i in range(len(dev)):
+        enc = tm.lm.tokenizer(dev.text_a[i], dev.text_b[i], truncation=True, max_length=128, return_tensors="pt")
+        with intervening(Intervention(keep=True)) as seen:
+            logits = tm.lm.model(**enc).logits
+        loss = example_losses(tm, logits, torch.tensor([dev.labels[i]])).sum()
+        grads = torch.autograd.grad(loss, seen.kept)
+        ids = enc["input_ids"][0].tolist()
+        for layer, g in enumerate(grads):
+            g = g[0].abs().numpy()
+            for k, token in enumerate(ids):
+                t = 0 if token == sep else 1 if token in punct else 2
+                sums[layer, t] += g[:, :, k].sum()
+                counts[layer, t] += g.shape[0] * g.shape[1]
+    expected = sums / counts
+    for row in df.iter_rows(named=True):
+        t = ["sep", "dot_comma", "other"].index(row["target"])
+        assert row["mean_abs_grad"] == pytest.approx(expected[row["layer"] - 1, t], rel=1e-4)
+        assert row["n_weights"] == counts[row["layer"] - 1, t]
+
+
+def test_grads_with_the_mlm_loss(tiny, tmp_path):
+    corpus = str(GLUE.parent / "ud" / "en_ewt-ud-dev-sample.conllu")
+    runner = CliRunner()
+    result = runner.invoke(cli, ["grads", "--model", str(tiny), "--corpus", corpus, "--store", str(tmp_path / "s")])
+    assert result.exit_code == 1 and "no MLM head" in result.output
+    mlm = tmp_path / "mlm"
+    BertForMaskedLM(BertConfig.from_pretrained(tiny)).save_pretrained(mlm, safe_serialization=True)
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(mlm)
+    args = ["grads", "--model", str(mlm), "--corpus", corpus, "--limit", "8", "--store", str(tmp_path / "s")]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    entry = resolve("gradient importance")
+    df = run_entry(Store(tmp_path / "s").connect(), entry, entry.bind({}))
+    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"mlm"} and (df["mean_abs_grad"] > 0).all()

@@ -153,4 +153,98 @@ def importance(model: str, task: str, data: str, dev_limit: int | None, store_pa
     click.echo(f"run {run_id}: see 'atlas query \"head importance\"' and 'atlas query \"pruning curve\"'", err=True)
 
 
-TASK_COMMANDS = (finetune, ablate, importance)
+@click.command()
+@click.option("--model", default=None, help="HF id, local path or a checkpoint of 'atlas finetune'.")
+@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="CoNLL-U file: MLM loss.")
+@click.option("--task", default=None, help="With --data: the fine-tuned task loss on the dev set.")
+@click.option("--data", default=None, help="The task's GLUE folder (with --task).")
+@click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True, help="Sentences/examples.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the MLM masking.")
+@store_option
+@format_option
+def grads(
+    model: str | None,
+    corpus: Path | None,
+    task: str | None,
+    data: str | None,
+    limit: int,
+    seed: int,
+    store_path: str | None,
+    fmt: str,
+) -> None:
+    """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer (stored)."""
+    from atlas.errors import AtlasError
+    from atlas.tasks.grads import TARGETS, write
+
+    if (corpus is None) == (task is None) or (task is None) != (data is None):
+        raise AtlasError("grads: give --corpus FILE (MLM loss) or --task and --data (task loss)")
+    if corpus is not None:
+        run_id, loss, means, counts = _mlm_gradients(model, corpus, limit, seed)
+    else:
+        run_id, loss, means, counts = _task_gradients(model, task, data, limit)
+    write(store_at(store_path), run_id, loss, means, counts)
+    rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
+    emit(pl.DataFrame(rows), fmt, None)
+    click.echo(f"run {run_id} ({loss}): see 'atlas query \"gradient importance\"'", err=True)
+
+
+def _punct_ids(tokenizer) -> list[int]:
+    return [tokenizer.convert_tokens_to_ids(p) for p in (".", ",")]
+
+
+def _mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int):
+    import hashlib
+
+    import torch
+    from transformers import AutoModelForMaskedLM
+
+    from atlas.errors import AtlasError
+    from atlas.tasks.grads import attention_gradients, has_mlm_head, mlm_batches
+    from ingest.conllu import read_conllu
+    from ingest.model import load_model
+    from ingest.pipeline import check_corpus
+
+    check_corpus(corpus)  # a malformed corpus fails here, with its file and line
+    sentences = []
+    for sentence in read_conllu(corpus):
+        sentences.append([w.form for w in sentence.words])
+        if len(sentences) == limit:
+            break
+    lm = load_model(model, auto_class=AutoModelForMaskedLM)
+    if not has_mlm_head(lm.source) or lm.tokenizer.mask_token_id is None:
+        raise AtlasError(f"--model '{lm.name}': no MLM head; use --task and --data with a fine-tuned checkpoint")
+
+    def loss_of(m, inputs, labels):
+        logits = m(**inputs).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+
+    batches = mlm_batches(lm.tokenizer, sentences, seed)
+    means, counts = attention_gradients(
+        lm.model, lm.n_layers, batches, loss_of, lm.tokenizer.sep_token_id, _punct_ids(lm.tokenizer)
+    )
+    digest = hashlib.sha256(f"{lm.model_hash}|{corpus.name}|{limit}|{seed}".encode()).hexdigest()[:10]
+    return f"grads__{corpus.stem}__{Path(lm.source).name}__{digest}", "mlm", means, counts
+
+
+def _task_gradients(model: str | None, task: str, data: str, limit: int):
+    from atlas.tasks.classifier import encode, load_task_model
+    from atlas.tasks.glue import task_spec
+    from atlas.tasks.grads import attention_gradients
+    from atlas.tasks.importance import example_losses
+    from atlas.tasks.record import task_run_id
+
+    spec = task_spec(task)
+    tm = load_task_model(model, spec)
+    batches = [(b.inputs, b.labels) for b in encode(tm, _dev(spec, data, limit))]
+
+    def loss_of(m, inputs, labels):
+        return example_losses(tm, m(**inputs).logits, labels).sum()
+
+    tokenizer = tm.lm.tokenizer
+    means, counts = attention_gradients(
+        tm.lm.model, tm.lm.n_layers, batches, loss_of, tokenizer.sep_token_id, _punct_ids(tokenizer)
+    )
+    return task_run_id(tm), f"task:{spec.name}", means, counts
+
+
+TASK_COMMANDS = (finetune, ablate, importance, grads)
