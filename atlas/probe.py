@@ -88,6 +88,13 @@ def run(store: Store, train_run: str, eval_run: str, settings: Settings, progres
         con.execute("SELECT run_id, model_hash FROM runs WHERE run_id IN (?, ?)", [train_run, eval_run]).fetchall()
     )
     con.close()
+    con = store.connect()
+    packed = con.execute(
+        "SELECT run_id FROM runs WHERE run_id IN (?, ?) AND pack <> 'none'", [train_run, eval_run]
+    ).fetchall()
+    con.close()
+    if packed:
+        raise AtlasError(f"probe: run '{packed[0][0]}' packs several sentences per input; ingest with --pack none")
     if eval_run not in hashes:
         raise AtlasError(f"--eval '{eval_run}': no such run in {store.root} (see 'atlas runs')")
     if hashes[eval_run] != hashes[train_run]:

@@ -103,6 +103,8 @@ def load_sentences(
     out = []
     for item, attn in tqdm(dense_maps(lm, inputs), total=len(inputs), desc=desc, unit="input", disable=not progress):
         forms, heads, deprels = words[item.example_id]
+        if any(d is None for d in deprels):
+            raise AtlasError(f"probe: run '{run_id}' has words without a dependency annotation (HEAD/DEPREL)")
         if len(forms) < 2:
             continue
         pair, root = word_maps(attn, item)

@@ -141,7 +141,7 @@ def load_model(
                 source, config=config, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
             )
             model_hash = _weights_hash(source)
-    except (OSError, ValueError, KeyError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise AtlasError(f"--model '{shown}': cannot load it ({first})") from None
     if not tokenizer.is_fast:

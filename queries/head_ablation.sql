@@ -14,7 +14,7 @@
 
 WITH chosen AS (
     SELECT run_id FROM ablations
-    WHERE task = $task AND method = $method AND kind = 'head'
+    WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
       AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
     ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = ablations.run_id) DESC NULLS LAST, run_id
     LIMIT 1

@@ -11,7 +11,7 @@
 
 WITH chosen AS (
     SELECT s.run_id FROM head_scores s
-    WHERE s.analysis = 'head importance' AND s.run_id LIKE $task || '\_\_%' ESCAPE '\'
+    WHERE s.analysis = 'head importance' AND upper(split_part(s.run_id, '__', 1)) = upper($task)
       AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
     ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = s.run_id) DESC NULLS LAST, s.run_id
     LIMIT 1

@@ -4,18 +4,27 @@
 -- description: The task metric as heads are masked in order of normalised importance, least
 --   important first, in steps of 5 % of all heads (kind 'pruned'); and, per layer, the best and worst
 --   result when all heads of that layer but one are masked (kind 'all_but_one', Table 2), against the
---   baseline. Headline metric of each task. Run 'atlas importance' first.
+--   baseline. Headline metric of each task. Run 'atlas importance' first. With several models of one
+--   task in the store, name one with model_run (the figure draws one line per task).
 -- parameters:
+--   model_run: task model run id, empty for every model (default: )
 -- plot: curve pruned_share value task
 
-SELECT task, run_id AS model_run, kind, pruned_share,
-       NULL::INTEGER AS layer, NULL::VARCHAR AS best_kept_head, metric, value, baseline, delta
-FROM ablations
-WHERE kind = 'pruned' AND metric = primary_metric
+WITH a AS (
+    SELECT * FROM ablations
+    WHERE metric = primary_metric AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+)
+SELECT task, run_id AS model_run, kind, pruned_share, NULL::INTEGER AS layer,
+       NULL::VARCHAR AS best_kept_head, value, NULL::DOUBLE AS worst_value, NULL::VARCHAR AS worst_kept_head,
+       metric, baseline, delta
+FROM a
+WHERE kind = 'pruned'
 UNION ALL
-SELECT task, run_id, kind, NULL, layer + 1, arg_max(concat(layer + 1, '-', head + 1), value), metric,
-       max(value), any_value(baseline), max(value) - any_value(baseline)
-FROM ablations
-WHERE kind = 'all_but_one' AND metric = primary_metric
-GROUP BY ALL
+SELECT task, run_id, kind, NULL, layer + 1,
+       arg_max(concat(layer + 1, '-', head + 1), value), max(value),
+       min(value), arg_min(concat(layer + 1, '-', head + 1), value),
+       metric, any_value(baseline), max(value) - any_value(baseline)
+FROM a
+WHERE kind = 'all_but_one'
+GROUP BY task, run_id, kind, layer, metric
 ORDER BY task, model_run, kind DESC, pruned_share, layer

@@ -84,3 +84,6 @@ def test_probe_refuses_runs_of_another_model(tmp_path, model):
         result = runner.invoke(cli, ["probe", "--store", str(store.root), "--quiet", *args])
         assert result.exit_code == 1 and message in result.output, result.output
         assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    _, paired = make_store(tmp_path / "s", corpus, model, pack="pair")
+    result = runner.invoke(cli, ["probe", "--store", str(store.root), "--train", paired, "--eval", real])
+    assert result.exit_code == 1 and "packs several sentences per input" in result.output

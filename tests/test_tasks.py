@@ -17,7 +17,7 @@ from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
-from atlas.tasks.classifier import encode, evaluate_many, load_task_model
+from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_task_model
 from atlas.tasks.glue import TASKS, load_split, metrics, read_tsv, task_spec
 from atlas.tasks.importance import example_losses, head_importance, pruning_and_single_heads
 from cli import cli
@@ -102,6 +102,24 @@ def test_reused_sweep_equals_full_recomputation(tiny, task, method):
     assert len(fast) == N_LAYERS * N_HEADS + N_LAYERS
     if task == "STS-B":  # a regression metric moves with any change of a prediction
         assert len({r["metrics"]["pearson"] for r in fast}) > 1
+
+
+def test_reused_sweep_skips_the_lower_layers(tiny):
+    tm, batches = _model(tiny, "STS-B")
+    layers = encoder_layers(tm.lm.model, N_LAYERS)
+    calls = [0]
+    count = lambda *_: calls.__setitem__(0, calls[0] + 1)  # noqa: E731
+    hooks = [layer.attention.register_forward_hook(count) for layer in layers]  # runs only if the layer computes
+    plan = [(0, Intervention())] + [(2, Intervention(uniform={2: [h]})) for h in range(N_HEADS)]
+    try:
+        # every layer for every ablation; or the baseline once, then only layer 3 for the four ablations
+        for reuse, expected in [(False, 5 * N_LAYERS), (True, N_LAYERS + N_LAYERS + N_HEADS * 1)]:
+            calls[0] = 0
+            evaluate_many(tm, batches[:1], plan, reuse=reuse)
+            assert calls[0] == expected, reuse
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def test_importance_matches_finite_differences(tiny):
@@ -226,6 +244,16 @@ def test_task_errors_are_one_line(tiny, tmp_path):
         assert result.exit_code == 1 and message in result.output, result.output
         assert "Traceback" not in result.output
     assert not (tmp_path / "c").exists()
+    keep = tmp_path / "notes"
+    keep.mkdir()
+    (keep / "thesis.txt").write_text("precious")
+    args = ["finetune", "--model", str(tiny), "--task", "RTE", "--data", str(GLUE / "RTE"), "--out", str(keep)]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 1 and "is not a checkpoint" in result.output
+    assert (keep / "thesis.txt").read_text() == "precious"
+    args = ["ablate", "--model", str(tiny), "--task", "RTE", "--data", str(GLUE / "RTE"), "--no-heads", "--no-layers"]
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 1 and "nothing to disable" in result.output
 
 
 def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):

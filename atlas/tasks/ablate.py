@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from atlas.errors import AtlasError
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
 from ingest.intervene import Intervention
 
@@ -27,6 +28,8 @@ def sweep(
     tm: TaskModel, batches: list[Batch], method: str, heads: bool = True, layers: bool = True, reuse: bool = True
 ) -> tuple[dict[str, float], list[dict]]:
     """Baseline metrics and one row per disabled head (kind 'head') and per disabled layer ('layer')."""
+    if not heads and not layers:
+        raise AtlasError("ablate: --no-heads and --no-layers leave nothing to disable")
     n_layers, n_heads = tm.lm.n_layers, tm.lm.n_heads
     plan: list[dict] = []
     for layer in range(n_layers):

@@ -37,7 +37,10 @@ def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False,
     """A task model: a checkpoint of ``atlas finetune`` for this task, or an encoder with a fresh head."""
     info: dict = {}
     if name is not None and (Path(name) / TASK_FILE).is_file():
-        info = json.loads((Path(name) / TASK_FILE).read_text())
+        try:
+            info = json.loads((Path(name) / TASK_FILE).read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise AtlasError(f"{Path(name) / TASK_FILE}: not valid JSON ({exc})") from None
         if info.get("task") != spec.name:
             raise AtlasError(f"--model '{name}': a checkpoint for {info.get('task')}, not {spec.name}")
     overrides: dict[str, object] = {"num_labels": spec.n_labels}

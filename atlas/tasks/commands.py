@@ -56,12 +56,13 @@ def finetune(
 ) -> None:
     """Fine-tune an encoder on a GLUE task (CPU), save it, and record its dev metrics in the store."""
     from atlas.tasks.classifier import load_task_model
-    from atlas.tasks.finetune import TrainSettings
+    from atlas.tasks.finetune import TrainSettings, check_out
     from atlas.tasks.finetune import finetune as run
     from atlas.tasks.glue import load_split, task_spec
     from atlas.tasks.record import write_task_model
 
     spec = task_spec(task)
+    check_out(out)
     train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec, random_init=random_init, seed=seed)
     settings = TrainSettings(epochs, train_limit or None, learning_rate, batch_size, seed=seed)
@@ -189,7 +190,8 @@ def grads(
 
 
 def _punct_ids(tokenizer) -> list[int]:
-    return [tokenizer.convert_tokens_to_ids(p) for p in (".", ",")]
+    ids = [tokenizer.convert_tokens_to_ids(p) for p in (".", ",")]
+    return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 
 
 def _mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int):

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from atlas.errors import AtlasError
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.glue import Examples
 
@@ -73,6 +74,14 @@ def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress:
     return len(subset)
 
 
+def check_out(out: Path) -> None:
+    """Refuse an --out folder that would lose data: only a new, empty or checkpoint folder is replaced."""
+    if not out.resolve().name:
+        raise AtlasError(f"--out '{out}': not a folder name")
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / TASK_FILE).is_file())):
+        raise AtlasError(f"--out '{out}': exists and is not a checkpoint of 'atlas finetune'; choose a new folder")
+
+
 def save(tm: TaskModel, out: Path, info: dict) -> None:
     """Write the checkpoint folder atomically (an existing one is replaced only once the new one is whole)."""
     tmp = out.with_name(f".{out.name}.tmp")
@@ -92,6 +101,7 @@ def finetune(
     tm: TaskModel, train_set: Examples, dev_set: Examples, settings: TrainSettings, out: Path, progress: bool = True
 ) -> dict:
     """Train, evaluate on dev, save; returns what the checkpoint records."""
+    check_out(out)
     n_train = train(tm, train_set, settings, progress)
     dev = evaluate(tm, encode(tm, dev_set, settings.batch_size, settings.max_length))
     info = {

@@ -147,9 +147,22 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
         ds = datasets.load_dataset(name, spec.hub, split=hub_split)
     except Exception as exc:  # the hub's errors have many types; the user gets the first line
         raise AtlasError(f"--data '{name}': cannot load {spec.hub}/{hub_split} ({str(exc).splitlines()[0]})") from None
-    columns = {"SST-2": ("sentence", None), "MRPC": ("sentence1", "sentence2"), "QQP": ("question1", "question2")}
+    columns = {
+        "SST-2": ("sentence", None),
+        "MRPC": ("sentence1", "sentence2"),
+        "QQP": ("question1", "question2"),
+        "MNLI": ("premise", "hypothesis"),
+    }
     a, b = columns.get(spec.name, (spec.text_a, spec.text_b))
-    labels = np.array(ds["label"], dtype=np.float32 if spec.labels is None else np.int64)
+    if spec.labels is None:
+        labels = np.array(ds["label"], dtype=np.float32)
+    else:  # the hub's class order may differ from the TSV files' (MNLI): map by label name
+        names = getattr(ds.features["label"], "names", None) or list(spec.labels)
+        aliases = {"entailment": "0", "not_entailment": "1"} if spec.name == "RTE" else {}
+        wanted = [n if n in spec.labels else aliases.get(n, n) for n in names]
+        if any(n not in spec.labels for n in wanted):
+            raise AtlasError(f"--data '{name}': labels {names} do not match {spec.name}'s {list(spec.labels)}")
+        labels = np.array([spec.labels.index(wanted[i]) for i in ds["label"]], dtype=np.int64)
     return Examples(list(ds[a]), list(ds[b]) if b else None, labels)
 
 

@@ -67,7 +67,10 @@ def attention_gradients(
         if len(seen.kept) != n_layers:
             raise AtlasError(f"grads: attention captured for {len(seen.kept)} of {n_layers} layers")
         loss.backward()
-        _accumulate(sums, counts, seen.kept, inputs["input_ids"], inputs["attention_mask"], sep_id, punct_ids)
+        ids = inputs["input_ids"]
+        if labels.shape == ids.shape:  # MLM: a masked piece is classed by its original id
+            ids = torch.where(labels >= 0, labels, ids)
+        _accumulate(sums, counts, seen.kept, ids, inputs["attention_mask"], sep_id, punct_ids)
         model.zero_grad(set_to_none=True)
     return sums / np.maximum(counts, 1), counts
 

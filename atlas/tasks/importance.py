@@ -27,6 +27,7 @@ def example_losses(tm: TaskModel, logits: torch.Tensor, labels: torch.Tensor) ->
 
 def head_importance(tm: TaskModel, batches: list[Batch]) -> np.ndarray:
     """E_x |d L(x) / d xi_h| as ``[layers, heads]`` (not normalised)."""
+    tm.lm.model.requires_grad_(False)  # only the gates need gradients
     total = torch.zeros(tm.lm.n_layers, tm.lm.n_heads, dtype=torch.float64)
     n = 0
     for batch in batches:
@@ -37,7 +38,6 @@ def head_importance(tm: TaskModel, batches: list[Batch]) -> np.ndarray:
         example_losses(tm, logits, batch.labels).sum().backward()
         total += gates.grad.abs().sum(dim=0).double()
         n += size
-    tm.lm.model.zero_grad(set_to_none=True)
     return (total / n).numpy()
 
 
