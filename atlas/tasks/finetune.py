@@ -1,7 +1,7 @@
 """Fine-tuning a task model on CPU (Kovaleva et al. Table 1), saved as a safetensors checkpoint.
 
 Seeded: the task head's initial weights, a random init's encoder, the training subset (the first
-``n_train`` examples after a seeded shuffle) and the batch order. AdamW with a linear decay of the
+``train_limit`` examples after a seeded shuffle) and the batch order. AdamW with a linear decay of the
 learning rate. ``epochs=0`` saves the model as it is: the paper's "pre-trained, not fine-tuned" row.
 The checkpoint folder (weights, config, tokenizer and ``atlas_task.json`` with the training settings
 and dev metrics) is written under a temporary name and renamed into place.
@@ -26,7 +26,7 @@ from atlas.tasks.glue import Examples
 @dataclass
 class TrainSettings:
     epochs: int = 3
-    n_train: int | None = 4000  # None: the whole training set
+    train_limit: int | None = 4000  # None: the whole training set
     learning_rate: float = 5e-5
     batch_size: int = 32
     max_length: int = 128
@@ -44,7 +44,7 @@ def _subset(examples: Examples, n: int | None, seed: int) -> Examples:
 
 def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress: bool = True) -> int:
     """Fine-tune in place; returns the number of training examples used."""
-    subset = _subset(train_set, settings.n_train, settings.seed)
+    subset = _subset(train_set, settings.train_limit, settings.seed)
     if settings.epochs == 0:
         return 0
     batches = encode(tm, subset, settings.batch_size, settings.max_length)
@@ -108,10 +108,10 @@ def finetune(
         "task": tm.spec.name,
         "model": tm.lm.name,
         "init": "random" if tm.lm.random_init else "pretrained",
-        "n_train": n_train,
+        **asdict(settings),
+        "n_train": n_train,  # examples actually trained on (0 when not fine-tuned)
         "n_dev": len(dev_set),
         "dev_metrics": dev,
-        **asdict(settings),
     }
     save(tm, out, info)
     return info
