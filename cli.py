@@ -45,7 +45,16 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="CoNLL-U file (UD v2).")
+@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="CoNLL-U file (UD v2) or GLUE TSV.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["conllu", "glue"]),
+    default="conllu",
+    show_default=True,
+    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP].",
+)
+@click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
 @click.option("--seed", default=0, show_default=True, help="Seed of --random-init.")
@@ -66,21 +75,23 @@ def cli() -> None:
 @click.option(
     "--pack",
     type=click.Choice(["none", "pair", "window"]),
-    default="none",
-    show_default=True,
-    help="none: one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to --max-length.",
+    default=None,
+    help="none (default): one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to "
+    "--max-length. A GLUE file is always one example per input (pair for two-text tasks).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 def ingest(
     corpus: Path,
+    fmt: str,
+    task: str | None,
     model: str | None,
     random_init: bool,
     seed: int,
     kept_mass: float,
     dense: bool,
     max_length: int | None,
-    pack: str,
+    pack: str | None,
     quiet: bool,
     store_path: str | None,
 ) -> None:
@@ -90,9 +101,15 @@ def ingest(
     from ingest.pipeline import ingest as run_ingest
 
     store = _store(store_path)
-    checked = check_corpus(corpus)  # fail on bad input before loading anything
+    if fmt == "glue":
+        from atlas.tasks.glue import task_spec
+
+        if pack is not None:
+            raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")
+        pack = "pair" if task and task_spec(task).text_b else "none"
+    checked = check_corpus(corpus, fmt, task)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed)
-    settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack)
+    settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack or "none")
     result = run_ingest(checked, store, lm, settings, progress=not quiet)
     if result.already_present:
         click.echo(f"run {result.run_id} is already in {store.root}; nothing to do")

@@ -44,7 +44,8 @@ CREATE TABLE examples (
     n_sentences SMALLINT,
     n_tokens INTEGER,            -- word pieces including [CLS]/[SEP]
     n_words INTEGER,
-    skipped BOOLEAN              -- true: longer than max_length, not run (no tokens, words or attention)
+    skipped BOOLEAN,             -- true: longer than max_length, not run (no tokens, words or attention)
+    label VARCHAR                -- task label or score of a GLUE example (--format glue), NULL for a treebank
 );
 
 -- One word piece or special token of an input.

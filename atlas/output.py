@@ -31,7 +31,7 @@ def emit(df: pl.DataFrame, fmt: str, out: Path | None) -> None:
         raise click.UsageError("--format parquet needs --out FILE")
     if out is None:
         text = render_table(df) if fmt == "table" else df.write_csv() if fmt == "csv" else df.write_json()
-        click.echo(text)
+        click.echo(text.rstrip("\n"))
         return
     tmp = out.with_name(f".{out.name}.tmp")
     if fmt == "parquet":

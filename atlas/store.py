@@ -133,7 +133,9 @@ class Store:
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         try:
-            return duckdb.connect(str(self.db), read_only=read_only)
+            con = duckdb.connect(str(self.db), read_only=read_only)
+            con.execute("SET enable_progress_bar = false")  # atlas prints its own tables
+            return con
         except duckdb.Error as exc:
             raise AtlasError(f"{self.db}: cannot open the store ({str(exc).splitlines()[0]})") from None
 

@@ -49,6 +49,7 @@ class Sentence:
     line: int  # line of the first word
     words: list[Word] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)  # mentions that end in this sentence
+    label: str | None = None  # the task label of a task example (GLUE), None for a treebank
 
 
 def _none(value: str) -> str | None:

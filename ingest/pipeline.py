@@ -29,6 +29,7 @@ from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence, read_conllu
 from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
+from ingest.glue_corpus import read_glue
 from ingest.model import LoadedModel, attention
 from ingest.sparsify import sparsify, word_rows
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
@@ -50,6 +51,19 @@ class CorpusInfo:
     path: Path
     sha256: str
     n_sentences: int
+    fmt: str = "conllu"  # conllu | glue
+    task: str | None = None  # the GLUE task of a glue file
+
+    @property
+    def name(self) -> str:
+        """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)."""
+        return self.path.name if self.fmt == "conllu" else f"{self.task}/{self.path.name}"
+
+
+def read_corpus(corpus: CorpusInfo) -> Iterator[Sentence]:
+    if corpus.fmt == "glue":
+        return read_glue(corpus.path, corpus.task or "")
+    return read_conllu(corpus.path)
 
 
 @dataclass(frozen=True)
@@ -61,12 +75,15 @@ class IngestResult:
     n_edges: int
 
 
-def check_corpus(path: Path) -> CorpusInfo:
+def check_corpus(path: Path, fmt: str = "conllu", task: str | None = None) -> CorpusInfo:
     """Read the whole corpus once: validates every line before anything is written."""
-    n = sum(1 for _ in read_conllu(path))
+    if fmt == "glue" and not task:
+        raise AtlasError("--format glue needs --task")
+    info = CorpusInfo(path, "", 0, fmt, task)
+    n = sum(1 for _ in read_corpus(info))
     if n == 0:
         raise AtlasError(f"{path}: the corpus holds no sentence")
-    return CorpusInfo(path, _sha256(path), n)
+    return CorpusInfo(path, _sha256(path), n, fmt, task)
 
 
 def _sha256(path: Path) -> str:
@@ -81,6 +98,7 @@ def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
     key = json.dumps(
         [
             corpus.sha256,
+            *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
             lm.model_hash,
             lm.random_init,
             lm.seed,
@@ -92,7 +110,8 @@ def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
     )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
     suffix = f"-random{lm.seed}" if lm.random_init else ""
-    return f"{corpus.path.stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    stem = corpus.path.stem if corpus.fmt == "conllu" else f"{corpus.task}-{corpus.path.stem}"
+    return f"{stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], batch: int = 256) -> Iterator[AlignedSentence]:
@@ -169,7 +188,7 @@ def _stage_chunks(
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    sentences = _aligned(lm, read_conllu(corpus.path))
+    sentences = _aligned(lm, read_corpus(corpus))
     examples = group_examples(sentences, settings.pack, settings.max_length)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (
@@ -252,7 +271,7 @@ def ingest(
         "seed": lm.seed,
         "n_layers": lm.n_layers,
         "n_heads": lm.n_heads,
-        "corpus": corpus.path.name,
+        "corpus": corpus.name,
         "corpus_sha256": corpus.sha256,
         "pack": settings.pack,
         "max_length": max_length,

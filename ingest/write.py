@@ -42,6 +42,7 @@ class ChunkRows:
         row["n_tokens"].append(ex.n_tokens)
         row["n_words"].append(len(ex.words))
         row["skipped"].append(skipped)
+        row["label"].append(ex.sentences[0].sentence.label)
 
     def add(
         self,

@@ -13,14 +13,12 @@ from ingest.model import load_model
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import attn_only_uas, branching_uas, read_sentences
 
-TRAIN_SENTENCES = 120
-
 
 @pytest.fixture(scope="module")
-def probed(tmp_path_factory, model):
+def probed(tmp_path_factory, model, ewt_small):
+    """Trained on the held-in corpus (ATLAS_TEST_CONLLU points it elsewhere), scored on the GUM sample."""
     root = tmp_path_factory.mktemp("probe")
-    train_corpus = cut_conllu(EWT_SAMPLE, TRAIN_SENTENCES, root / "train.conllu")
-    store, train_run = make_store(root / "s", train_corpus, model)
+    store, train_run = make_store(root / "s", ewt_small, model)
     _, eval_run = make_store(root / "s", GUM_SAMPLE, model)
     results = run(store, train_run, eval_run, Settings(epochs=20), progress=False)
     return store, train_run, eval_run, {r["probe"]: r for r in results}

@@ -61,6 +61,7 @@ class Examples:
     text_a: list[str]
     text_b: list[str] | None
     labels: np.ndarray  # class index (int64) or score (float32)
+    lines: list[int] | None = None  # line of each example in its file
 
     def __len__(self) -> int:
         return len(self.text_a)
@@ -109,7 +110,7 @@ def read_tsv(spec: TaskSpec, path: Path) -> Examples:
     if missing:
         raise AtlasError(f"{path}:1: header has no column {', '.join(repr(m) for m in missing)} ({spec.name} format)")
     col = {name: header.index(name) for name in wanted}
-    text_a, text_b, labels = [], [], []
+    text_a, text_b, labels, numbers = [], [], [], []
     for number, line in enumerate(lines[1:], start=2):
         if not line.strip():
             continue
@@ -121,10 +122,11 @@ def read_tsv(spec: TaskSpec, path: Path) -> Examples:
         if spec.text_b:
             text_b.append(cells[col[spec.text_b]])
         labels.append(_label(spec, cells[col[spec.label]], where))
+        numbers.append(number)
     if not text_a:
         raise AtlasError(f"{path}: no examples")
     dtype = np.float32 if spec.labels is None else np.int64
-    return Examples(text_a, text_b if spec.text_b else None, np.array(labels, dtype=dtype))
+    return Examples(text_a, text_b if spec.text_b else None, np.array(labels, dtype=dtype), numbers)
 
 
 def load_split(spec: TaskSpec, data: str, split: str) -> Examples:

