@@ -267,6 +267,23 @@ def probe(
 
 
 @cli.command()
+@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@store_option
+def patterns(run_id: str | None, store_path: str | None) -> None:
+    """Class every (input, head) map into Kovaleva et al.'s five patterns (rule in 'atlas/patterns.py')."""
+    from atlas.patterns import THRESHOLDS, classify
+
+    store = _store(store_path)
+    if run_id is None:
+        con = store.connect()
+        run_id = store.latest_run(con)
+        con.close()
+    n = classify(store, run_id)
+    rule = ", ".join(f"{k} {v}" for k, v in THRESHOLDS.items())
+    click.echo(f"{n:,} maps of {run_id} classed (thresholds: {rule}); see 'atlas query \"pattern shares\"'")
+
+
+@cli.command()
 @click.argument("statement")
 @store_option
 @format_option

@@ -225,3 +225,15 @@ CREATE TABLE attention_gradients (
     mean_abs_grad DOUBLE,
     n_weights BIGINT             -- attention weights averaged over
 );
+
+-- One (input, head) attention map classed into Kovaleva et al.'s patterns (written by 'atlas patterns').
+CREATE TABLE patterns (
+    run_id VARCHAR,
+    example_id INTEGER,
+    layer TINYINT,
+    head TINYINT,
+    vertical DOUBLE,             -- mean over rows of attention to [CLS] and [SEP]
+    diagonal DOUBLE,             -- mean over rows of attention to the previous and next token
+    block DOUBLE,                -- pair inputs: mean over word-piece rows of attention inside the own segment
+    pattern VARCHAR              -- Vertical | Diagonal | Vertical+Diagonal | Block | Heterogeneous
+);

@@ -8,6 +8,7 @@
 - ``bars``: columns x, y and a baseline: one bar per x and the baseline as a line (Kovaleva et al.'s
   Figure 9).
 - ``curve``: columns x, y and a group: one line per group (Michel et al.'s pruning curves).
+- ``stacked``: a label column and share columns: one stacked bar per label (Kovaleva et al.'s Figure 2).
 """
 
 from __future__ import annotations
@@ -109,6 +110,23 @@ def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> plt.Figu
     return fig
 
 
+def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> plt.Figure:
+    """One bar per ``x`` value, stacked by ``columns`` (rows with a layer are left out; Kovaleva Figure 2)."""
+    rows = df.filter(pl.col("layer").is_null()) if "layer" in df.columns else df
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4))
+    bottom = np.zeros(len(rows))
+    labels = [str(v) for v in rows[x]]
+    for column in columns:
+        values = rows[column].fill_null(0).to_numpy()
+        ax.bar(labels, values, bottom=bottom, label=column)
+        bottom += values
+    ax.set_ylabel("share (%)")
+    ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    ax.set_title(title, fontsize=9)
+    return fig
+
+
 def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
@@ -117,6 +135,9 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
     title = f"{entry.name} ({entry.paper})"
+    if kind == "stacked":
+        _save(_stacked(df, *columns, title=title), out)
+        return
     if kind in ("mds", "bars", "curve"):
         _save({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title), out)
         return

@@ -1,0 +1,21 @@
+-- name: pattern shares
+-- aliases: pattern taxonomy, attention patterns, vertical diagonal block heterogeneous, kovaleva figure 2
+-- paper: Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT", Section 4.1, Figure 2
+-- description: Shares (percent) of the (input, head) maps of each class: Vertical (attention to [CLS]
+--   and [SEP]), Diagonal (previous / next token), Vertical+Diagonal, Block (inside the own segment of
+--   a pair input), Heterogeneous. One row per run (layer and head empty), per run and layer, and per
+--   run, layer and head. The classes come from 'atlas patterns --run RUN' (thresholds in its help).
+-- parameters:
+-- plot: stacked corpus vertical diagonal vertical_diagonal block heterogeneous
+
+SELECT p.run_id, any_value(r.corpus) AS corpus, any_value(r.model) AS model,
+       p.layer + 1 AS layer, p.head + 1 AS head,
+       100 * avg((p.pattern = 'Vertical')::INTEGER) AS vertical,
+       100 * avg((p.pattern = 'Diagonal')::INTEGER) AS diagonal,
+       100 * avg((p.pattern = 'Vertical+Diagonal')::INTEGER) AS vertical_diagonal,
+       100 * avg((p.pattern = 'Block')::INTEGER) AS block,
+       100 * avg((p.pattern = 'Heterogeneous')::INTEGER) AS heterogeneous,
+       count(*) AS n_maps
+FROM patterns p JOIN runs r USING (run_id)
+GROUP BY GROUPING SETS ((p.run_id), (p.run_id, p.layer), (p.run_id, p.layer, p.head))
+ORDER BY p.run_id, layer NULLS FIRST, head NULLS FIRST
