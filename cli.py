@@ -49,10 +49,11 @@ def cli() -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["conllu", "glue"]),
+    type=click.Choice(["conllu", "glue", "framenet"]),
     default="conllu",
     show_default=True,
-    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP].",
+    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP]; "
+    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz), Kovaleva et al.'s filters.",
 )
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")

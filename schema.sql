@@ -93,6 +93,20 @@ CREATE TABLE mentions (
     mention_type VARCHAR         -- pronoun (head UPOS PRON) | proper (PROPN) | nominal (anything else)
 );
 
+-- One frame element of a FrameNet exemplar sentence (--format framenet), with the frame's target.
+CREATE TABLE frames (
+    run_id VARCHAR,
+    example_id INTEGER,
+    frame VARCHAR,               -- e.g. 'Body_movement'
+    lexical_unit VARCHAR,        -- e.g. 'throw.v'
+    element VARCHAR,             -- frame element, e.g. 'Agent'
+    core BOOLEAN,                -- a core element of the frame
+    target_first SMALLINT,       -- word_idx span of the frame-evoking target, inclusive
+    target_last SMALLINT,
+    element_first SMALLINT,      -- word_idx span of the element, inclusive
+    element_last SMALLINT
+);
+
 -- One kept attention weight (sparse: per row the largest weights up to runs.kept_mass, argmax always kept).
 CREATE TABLE attn_edges (
     run_id VARCHAR,

@@ -50,6 +50,7 @@ class Sentence:
     words: list[Word] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)  # mentions that end in this sentence
     label: str | None = None  # the task label of a task example (GLUE), None for a treebank
+    frames: list = field(default_factory=list)  # FrameNet frame elements (ingest.framenet.FrameElement)
 
 
 def _none(value: str) -> str | None:

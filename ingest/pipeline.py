@@ -29,6 +29,7 @@ from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence, read_conllu
 from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
+from ingest.framenet import read_framenet
 from ingest.glue_corpus import read_glue
 from ingest.model import LoadedModel, attention
 from ingest.sparsify import sparsify, word_rows
@@ -57,12 +58,14 @@ class CorpusInfo:
     @property
     def name(self) -> str:
         """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)."""
-        return self.path.name if self.fmt == "conllu" else f"{self.task}/{self.path.name}"
+        return f"{self.task}/{self.path.name}" if self.fmt == "glue" else self.path.name
 
 
 def read_corpus(corpus: CorpusInfo) -> Iterator[Sentence]:
     if corpus.fmt == "glue":
         return read_glue(corpus.path, corpus.task or "")
+    if corpus.fmt == "framenet":
+        return read_framenet(corpus.path)
     return read_conllu(corpus.path)
 
 
@@ -87,10 +90,14 @@ def check_corpus(path: Path, fmt: str = "conllu", task: str | None = None) -> Co
 
 
 def _sha256(path: Path) -> str:
+    """Of the file's bytes; of a folder (FrameNet lu/), of its file names and bytes in order."""
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
+    for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
+        if path.is_dir():
+            digest.update(str(file.relative_to(path)).encode())
+        with file.open("rb") as handle:
+            while block := handle.read(1 << 20):
+                digest.update(block)
     return digest.hexdigest()
 
 
@@ -110,7 +117,7 @@ def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
     )
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
     suffix = f"-random{lm.seed}" if lm.random_init else ""
-    stem = corpus.path.stem if corpus.fmt == "conllu" else f"{corpus.task}-{corpus.path.stem}"
+    stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
     return f"{stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 

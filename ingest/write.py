@@ -12,7 +12,7 @@ from atlas.store import to_table, write_parquet
 from ingest.align import is_punct
 from ingest.examples import Example, Layout
 
-EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "attn_edges", "attn_rows", "word_rows")
+EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 
 
 def _mention_type(upos: str | None) -> str:
@@ -103,6 +103,19 @@ class ChunkRows:
         spans = sorted(
             (offsets[m.start[0]] + m.start[1] - 1, offsets[m.end[0]] + m.end[1] - 1, m.entity_id) for m in ex.mentions()
         )
+        frames = self.lists["frames"]
+        for sentence in (a.sentence for a in ex.sentences):
+            base = offsets[sentence.index] - 1  # word id (1-based in the sentence) -> word_idx
+            for fe in sentence.frames:
+                frames["example_id"].append(ex.example_id)
+                frames["frame"].append(fe.frame)
+                frames["lexical_unit"].append(fe.lexical_unit)
+                frames["element"].append(fe.name)
+                frames["core"].append(fe.core)
+                frames["target_first"].append(base + fe.target[0])
+                frames["target_last"].append(base + fe.target[1])
+                frames["element_first"].append(base + fe.span[0])
+                frames["element_last"].append(base + fe.span[1])
         mentions = self.lists["mentions"]
         for mention_id, (first, last, entity) in enumerate(spans):
             inside = range(first, last + 1)

@@ -213,3 +213,54 @@ def test_token_to_token_and_cls_by_feature_equal_loops(glue_runs, model):
     assert t2t["n_verb_subject"][0] == n_vs and t2t["n_pronouns"][0] == n_pn
     for k, value in last.items():
         np.testing.assert_allclose(cls[k].to_numpy(), value / len(ref), atol=1e-6, err_msg=k)
+
+
+FRAMENET = Path(__file__).resolve().parent.parent / "samples" / "framenet" / "lu100.xml"
+
+
+def test_framenet_reader_spans_and_filters():
+    import xml.etree.ElementTree as ET
+
+    from ingest.framenet import _unit, keep, read_framenet
+
+    units = {sid: (tokens, fes) for sid, _, tokens, fes in _unit(ET.fromstring(FRAMENET.read_bytes()), "lu100")}
+    tokens, fes = units["340800"]  # Karen threw her arms round my neck , spilling champagne everywhere .
+    assert [t for t, _, _ in tokens][:4] == ["Karen", "threw", "her", "arms"]
+    assert {(f.name, f.core, f.span) for f in fes} == {
+        ("Agent", True, (1, 1)),
+        ("Body_part", True, (3, 4)),
+        ("Path", False, (5, 7)),
+    }
+    assert all(f.target == (2, 2) and f.frame == "Body_movement" for f in fes)
+    assert not keep(len(tokens), fes)  # core elements right next to the target
+    kept = list(read_framenet(FRAMENET))
+    assert [s.sent_id for s in kept] == ["341019", "341033"]
+    assert kept[0].frames[0].span == (1, 2) and kept[0].frames[0].target == (4, 4)
+
+
+def test_frame_heads_equal_loops(tmp_path, model):
+    from ingest.framenet import read_framenet
+
+    store = Store(tmp_path / "s")
+    run = ingest(check_corpus(FRAMENET, "framenet"), store, model, Settings(kept_mass=None), progress=False).run_id
+    entry = resolve("frame heads")
+    df = run_entry(store.connect(), entry, entry.bind({"run": run}))
+    tok = AutoTokenizer.from_pretrained(model.source)
+    eager = AutoModel.from_pretrained(model.source, attn_implementation="eager").eval()
+    total, n = 0.0, 0
+    for sentence in read_framenet(FRAMENET):
+        enc = tok([w.form for w in sentence.words], is_split_into_words=True, return_tensors="pt")
+        with torch.no_grad():
+            attn = torch.stack([a[0] for a in eager(**enc, output_attentions=True).attentions]).double().numpy()
+        word = enc.word_ids()
+        best = np.zeros(attn.shape[:2])
+        for fe in (f for f in sentence.frames if f.core):
+            target = [t for t, w in enumerate(word) if w is not None and fe.target[0] - 1 <= w <= fe.target[1] - 1]
+            element = [t for t, w in enumerate(word) if w is not None and fe.span[0] - 1 <= w <= fe.span[1] - 1]
+            for a in target:
+                for b in element:
+                    best = np.maximum(best, np.maximum(attn[:, :, a, b], attn[:, :, b, a]))
+        total, n = total + best, n + 1
+    np.testing.assert_allclose(_grid(df, "score"), total / n, atol=1e-6)
+    assert (df["n_sentences"] == n).all()
+    assert df["above_99th"].sum() >= 1
