@@ -269,8 +269,14 @@ def probe(
 
 @cli.command()
 @click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@click.option(
+    "--labels",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="CSV of hand labels (example_id, layer, head, pattern): train the paper's CNN instead of the rule.",
+)
 @store_option
-def patterns(run_id: str | None, store_path: str | None) -> None:
+def patterns(run_id: str | None, labels: Path | None, store_path: str | None) -> None:
     """Class every (input, head) map into Kovaleva et al.'s five patterns (rule in 'atlas/patterns.py')."""
     from atlas.patterns import THRESHOLDS, classify
 
@@ -279,6 +285,12 @@ def patterns(run_id: str | None, store_path: str | None) -> None:
         con = store.connect()
         run_id = store.latest_run(con)
         con.close()
+    if labels is not None:
+        from atlas.pattern_cnn import train_and_classify
+
+        f1, n = train_and_classify(store, run_id, labels)
+        click.echo(f"CNN: cross-validated macro F1 {f1:.1f} on the labels; {n:,} maps of {run_id} classed")
+        return
     n = classify(store, run_id)
     rule = ", ".join(f"{k} {v}" for k, v in THRESHOLDS.items())
     click.echo(f"{n:,} maps of {run_id} classed (thresholds: {rule}); see 'atlas query \"pattern shares\"'")

@@ -249,5 +249,6 @@ CREATE TABLE patterns (
     vertical DOUBLE,             -- mean over rows of attention to [CLS] and [SEP]
     diagonal DOUBLE,             -- mean over rows of attention to the previous and next token
     block DOUBLE,                -- pair inputs: mean over word-piece rows of attention inside the own segment
-    pattern VARCHAR              -- Vertical | Diagonal | Vertical+Diagonal | Block | Heterogeneous
+    pattern VARCHAR,             -- Vertical | Diagonal | Vertical+Diagonal | Block | Heterogeneous
+    method VARCHAR               -- rule (the thresholds of atlas/patterns.py) | cnn (trained on --labels)
 );

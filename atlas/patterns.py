@@ -58,5 +58,6 @@ def classify(store: Store, run_id: str) -> int:
     con.close()
     columns = {"run_id": run_id, **{name: df[name].to_numpy() for name in df.columns}}
     columns["pattern"] = df["pattern"].to_list()
+    columns["method"] = "rule"
     store.put(run_id, "patterns", "patterns", columns, len(df))
     return len(df)

@@ -4,11 +4,13 @@
 -- description: Shares (percent) of the (input, head) maps of each class: Vertical (attention to [CLS]
 --   and [SEP]), Diagonal (previous / next token), Vertical+Diagonal, Block (inside the own segment of
 --   a pair input), Heterogeneous. One row per run (layer and head empty), per run and layer, and per
---   run, layer and head. The classes come from 'atlas patterns --run RUN' (thresholds in its help).
+--   run, layer and head; per method: 'rule' from 'atlas patterns --run RUN' (thresholds in
+--   atlas/patterns.py), 'cnn' from 'atlas patterns --labels FILE' (a CNN trained on hand labels).
 -- parameters:
--- plot: stacked corpus vertical diagonal vertical_diagonal block heterogeneous
+-- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
 
-SELECT p.run_id, any_value(r.corpus) AS corpus, any_value(r.model) AS model,
+SELECT p.run_id, p.method, any_value(r.corpus) AS corpus, any_value(r.model) AS model,
+       concat_ws(' ', any_value(r.corpus), regexp_extract(any_value(r.model), '[^/]+$'), p.method) AS label,
        p.layer + 1 AS layer, p.head + 1 AS head,
        100 * avg((p.pattern = 'Vertical')::INTEGER) AS vertical,
        100 * avg((p.pattern = 'Diagonal')::INTEGER) AS diagonal,
@@ -17,5 +19,5 @@ SELECT p.run_id, any_value(r.corpus) AS corpus, any_value(r.model) AS model,
        100 * avg((p.pattern = 'Heterogeneous')::INTEGER) AS heterogeneous,
        count(*) AS n_maps
 FROM patterns p JOIN runs r USING (run_id)
-GROUP BY GROUPING SETS ((p.run_id), (p.run_id, p.layer), (p.run_id, p.layer, p.head))
-ORDER BY p.run_id, layer NULLS FIRST, head NULLS FIRST
+GROUP BY GROUPING SETS ((p.run_id, p.method), (p.run_id, p.method, p.layer), (p.run_id, p.method, p.layer, p.head))
+ORDER BY p.run_id, p.method DESC, layer NULLS FIRST, head NULLS FIRST

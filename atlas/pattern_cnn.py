@@ -1,0 +1,115 @@
+"""The paper's route to pattern classes (Kovaleva et al. Section 4.1): a small CNN on labelled maps.
+
+Maps are the run's dense attention maps (recomputed with the run's model), resized to 32 x 32. A labels
+file (CSV: example_id, layer, head, pattern; layers and heads 1-based as the queries show them) gives
+the training maps; 5-fold stratified cross-validation reports macro F1, then a model trained on every
+label classes every map of the run into ``patterns`` (method 'cnn').
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import torch
+from sklearn.metrics import f1_score
+from sklearn.model_selection import StratifiedKFold
+from torch import nn
+
+from atlas.errors import AtlasError
+from atlas.patterns import CLASSES
+from atlas.recompute import dense_maps, run_model, stored_inputs
+from atlas.store import Store
+
+SIZE = 32
+EPOCHS = 40
+
+
+def resize(attn: np.ndarray) -> torch.Tensor:
+    """``[..., n, n]`` maps as ``[..., SIZE, SIZE]`` (area interpolation), values rescaled per map."""
+    maps = torch.from_numpy(attn).float().reshape(-1, 1, *attn.shape[-2:])
+    small = nn.functional.interpolate(maps, size=(SIZE, SIZE), mode="area")
+    return small / small.amax(dim=(-2, -1), keepdim=True).clamp(min=1e-9)
+
+
+def network() -> nn.Module:
+    return nn.Sequential(
+        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(16 * (SIZE // 4) ** 2, len(CLASSES)),
+    )  # fmt: skip
+
+
+def fit(x: torch.Tensor, y: torch.Tensor, seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    model = network()
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-3)
+    order = np.random.default_rng(seed)
+    for _ in range(EPOCHS):
+        for batch in np.array_split(order.permutation(len(y)), max(1, len(y) // 32)):
+            loss = nn.functional.cross_entropy(model(x[batch]), y[batch])
+            optimiser.zero_grad()
+            loss.backward()
+            optimiser.step()
+    return model.eval()
+
+
+def cross_validated_f1(x: torch.Tensor, y: torch.Tensor, folds: int = 5, seed: int = 0) -> float:
+    """Macro F1 (percent) over the classes present, predictions pooled over stratified folds."""
+    predicted = np.zeros(len(y), dtype=np.int64)
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    for train, test in splitter.split(np.zeros(len(y)), y.numpy()):
+        model = fit(x[train], y[train], seed)
+        with torch.no_grad():
+            predicted[test] = model(x[test]).argmax(dim=-1).numpy()
+    return 100 * float(f1_score(y.numpy(), predicted, average="macro"))
+
+
+def read_labels(path: Path) -> pl.DataFrame:
+    try:
+        labels = pl.read_csv(path)
+    except (OSError, pl.exceptions.PolarsError) as exc:
+        raise AtlasError(f"--labels '{path}': cannot read it as CSV ({str(exc).splitlines()[0]})") from None
+    missing = {"example_id", "layer", "head", "pattern"} - set(labels.columns)
+    if missing:
+        raise AtlasError(f"--labels '{path}': missing columns {', '.join(sorted(missing))}")
+    unknown = set(labels["pattern"]) - set(CLASSES)
+    if unknown:
+        raise AtlasError(f"--labels '{path}': unknown patterns {sorted(unknown)}; use {', '.join(CLASSES)}")
+    return labels
+
+
+def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: bool = True) -> tuple[float, int]:
+    """Cross-validated macro F1 of the CNN on the labels, and the number of maps classed."""
+    labels = read_labels(labels_path)
+    lm = run_model(store, run_id)
+    inputs = stored_inputs(store, run_id)
+    wanted = {(r["example_id"], r["layer"] - 1, r["head"] - 1): r["pattern"] for r in labels.iter_rows(named=True)}
+    xs, ys, all_maps, keys = [], [], [], []
+    for item, attn in dense_maps(lm, inputs):
+        small = resize(attn).reshape(lm.n_layers, lm.n_heads, 1, SIZE, SIZE)
+        all_maps.append(small.reshape(-1, 1, SIZE, SIZE))
+        keys += [(item.example_id, layer, head) for layer in range(lm.n_layers) for head in range(lm.n_heads)]
+        for (example, layer, head), pattern in wanted.items():
+            if example == item.example_id:
+                xs.append(small[layer, head])
+                ys.append(CLASSES.index(pattern))
+    if len(ys) < 10:
+        raise AtlasError(f"--labels '{labels_path}': {len(ys)} labelled maps found in run '{run_id}'; need 10 or more")
+    x, y = torch.stack(xs), torch.tensor(ys)
+    f1 = cross_validated_f1(x, y)
+    model = fit(x, y)
+    with torch.no_grad():
+        predicted = torch.cat([model(chunk).argmax(dim=-1) for chunk in torch.cat(all_maps).split(4096)]).numpy()
+    key = np.array(keys)
+    columns = {
+        "run_id": run_id,
+        "example_id": key[:, 0],
+        "layer": key[:, 1],
+        "head": key[:, 2],
+        "pattern": [CLASSES[i] for i in predicted],
+        "method": "cnn",
+    }
+    store.put(run_id, "patterns", "patterns_cnn", columns, len(keys))
+    return f1, len(keys)
