@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import os
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -134,7 +135,7 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
-    title = f"{entry.name} ({entry.paper})"
+    title = textwrap.fill(f"{entry.name} ({entry.paper})", 70)
     if kind == "stacked":
         _save(_stacked(df, *columns, title=title), out)
         return
