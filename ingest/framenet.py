@@ -98,6 +98,8 @@ def keep(n_tokens: int, elements: list[FrameElement]) -> bool:
 
 
 def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
+    if not path.exists():
+        raise AtlasError(f"{path}: no such file or folder")
     if path.is_dir():
         for file in sorted(path.glob("lu*.xml")):
             yield str(file), file.read_bytes()
@@ -109,10 +111,8 @@ def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
                     handle = archive.extractfile(member)
                     if handle is not None:
                         yield f"{path}:{member.name}", handle.read()
-    elif path.is_file():
-        yield str(path), path.read_bytes()
     else:
-        raise AtlasError(f"{path}: no such file or folder")
+        yield str(path), path.read_bytes()
 
 
 def read_framenet(path: Path) -> Iterator[Sentence]:
