@@ -104,13 +104,16 @@ def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
         for file in sorted(path.glob("lu*.xml")):
             yield str(file), file.read_bytes()
     elif path.name.endswith((".tar.gz", ".tgz")):
-        with tarfile.open(path, "r:gz") as archive:
-            for member in archive:
-                name = member.name.rsplit("/", 1)[-1]
-                if member.isfile() and name.startswith("lu") and name.endswith(".xml"):
-                    handle = archive.extractfile(member)
-                    if handle is not None:
-                        yield f"{path}:{member.name}", handle.read()
+        try:
+            with tarfile.open(path, "r:gz") as archive:
+                for member in archive:
+                    name = member.name.rsplit("/", 1)[-1]
+                    if member.isfile() and name.startswith("lu") and name.endswith(".xml"):
+                        handle = archive.extractfile(member)
+                        if handle is not None:
+                            yield f"{path}:{member.name}", handle.read()
+        except (tarfile.TarError, EOFError, OSError) as exc:
+            raise AtlasError(f"{path}: not a readable .tar.gz archive ({exc})") from None
     else:
         yield str(path), path.read_bytes()
 
