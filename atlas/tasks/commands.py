@@ -116,7 +116,9 @@ def ablate(
                     "run_id": run_id,
                     "baseline": baseline[main],
                     "best": best["metrics"][main],
-                    **{k: best[k] for k in ("kind", "layer", "head")},
+                    "kind": best["kind"],
+                    "layer": best["layer"] + 1,  # 1-based, as the queries show them
+                    "head": None if best["head"] is None else best["head"] + 1,
                 }
             ]
         ),
