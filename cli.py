@@ -108,6 +108,8 @@ def ingest(
         if pack is not None:
             raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")
         pack = "pair" if task and task_spec(task).text_b else "none"
+    if fmt == "framenet" and pack not in (None, "none"):
+        raise AtlasError("--pack: FrameNet sentences are read one per input; leave --pack out")
     checked = check_corpus(corpus, fmt, task)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed)
     settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack or "none")

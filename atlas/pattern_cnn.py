@@ -74,9 +74,16 @@ def read_labels(path: Path) -> pl.DataFrame:
     missing = {"example_id", "layer", "head", "pattern"} - set(labels.columns)
     if missing:
         raise AtlasError(f"--labels '{path}': missing columns {', '.join(sorted(missing))}")
-    unknown = set(labels["pattern"]) - set(CLASSES)
+    unknown = {str(p) for p in labels["pattern"].to_list()} - set(CLASSES)
     if unknown:
         raise AtlasError(f"--labels '{path}': unknown patterns {sorted(unknown)}; use {', '.join(CLASSES)}")
+    for column in ("example_id", "layer", "head"):
+        if (
+            not labels[column].dtype.is_integer()
+            or labels[column].null_count()
+            or labels[column].min() < (0 if column == "example_id" else 1)
+        ):
+            raise AtlasError(f"--labels '{path}': column {column} must hold whole numbers (layers and heads from 1)")
     return labels
 
 
@@ -85,6 +92,8 @@ def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: b
     labels = read_labels(labels_path)
     lm = run_model(store, run_id)
     inputs = stored_inputs(store, run_id)
+    if labels["layer"].max() > lm.n_layers or labels["head"].max() > lm.n_heads:
+        raise AtlasError(f"--labels '{labels_path}': the model has {lm.n_layers} layers of {lm.n_heads} heads")
     wanted = {(r["example_id"], r["layer"] - 1, r["head"] - 1): r["pattern"] for r in labels.iter_rows(named=True)}
     xs, ys, all_maps, keys = [], [], [], []
     for item, attn in dense_maps(lm, inputs):
@@ -98,7 +107,12 @@ def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: b
     if len(ys) < 10:
         raise AtlasError(f"--labels '{labels_path}': {len(ys)} labelled maps found in run '{run_id}'; need 10 or more")
     x, y = torch.stack(xs), torch.tensor(ys)
-    f1 = cross_validated_f1(x, y)
+    if np.bincount(ys).max() < 5:
+        raise AtlasError(f"--labels '{labels_path}': 5-fold cross-validation needs a class with 5 or more labels")
+    try:
+        f1 = cross_validated_f1(x, y)
+    except ValueError as exc:
+        raise AtlasError(f"--labels '{labels_path}': {exc}") from None
     model = fit(x, y)
     with torch.no_grad():
         predicted = torch.cat([model(chunk).argmax(dim=-1) for chunk in torch.cat(all_maps).split(4096)]).numpy()

@@ -56,7 +56,7 @@ def classify(store: Store, run_id: str) -> int:
         raise AtlasError(f"--run '{run_id}': no such run in {store.root} (see 'atlas runs')")
     df = con.execute(FEATURES_SQL, {"run": run_id, **THRESHOLDS}).pl()
     con.close()
-    columns = {"run_id": run_id, **{name: df[name].to_numpy() for name in df.columns}}
+    columns = {"run_id": run_id, **{name: df[name].to_list() for name in df.columns}}
     columns["pattern"] = df["pattern"].to_list()
     columns["method"] = "rule"
     store.put(run_id, "patterns", "patterns", columns, len(df))

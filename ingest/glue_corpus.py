@@ -56,12 +56,12 @@ def read_glue(path: Path, task: str) -> Iterator[Sentence]:
     examples = read_tsv(spec, path)
     texts = [examples.text_a] + ([examples.text_b] if examples.text_b is not None else [])
     docs = [list(_nlp().pipe(column, batch_size=256)) for column in texts]
-    labels = examples.labels.tolist()
+    labels = [f"{value:g}" for value in examples.labels.tolist()]
     index = 0
     for i, line in enumerate(examples.lines):
         for part, column in zip("ab", docs, strict=False):
             words = _words(column[i], line)
             if not words:
                 raise AtlasError(f"{path}:{line}: empty text in column {part}")
-            yield Sentence(index, f"{i}{part}", f"{spec.name}-{i}", line, words, label=str(labels[i]))
+            yield Sentence(index, f"{i}{part}", f"{spec.name}-{i}", line, words, label=labels[i])
             index += 1

@@ -26,6 +26,7 @@ from tqdm import tqdm
 import atlas
 from atlas.errors import AtlasError
 from atlas.store import Store, to_table, write_parquet
+from atlas.tasks.glue import task_spec
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence, read_conllu
 from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
@@ -82,6 +83,8 @@ def check_corpus(path: Path, fmt: str = "conllu", task: str | None = None) -> Co
     """Read the whole corpus once: validates every line before anything is written."""
     if fmt == "glue" and not task:
         raise AtlasError("--format glue needs --task")
+    if fmt == "glue":
+        task = task_spec(task).name  # one spelling in run ids and corpus names
     info = CorpusInfo(path, "", 0, fmt, task)
     n = sum(1 for _ in read_corpus(info))
     if n == 0:

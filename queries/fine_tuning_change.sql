@@ -16,6 +16,9 @@ WITH ex AS (
     SELECT a.example_id
     FROM examples a JOIN examples b ON b.example_id = a.example_id AND b.run_id = $tuned
     WHERE a.run_id = $base AND NOT a.skipped AND NOT b.skipped AND a.n_tokens = b.n_tokens
+      AND a.sent_ids = b.sent_ids  -- the same inputs: same corpus file, same packing
+      AND (SELECT corpus_sha256 || pack FROM runs WHERE run_id = $base)
+        = (SELECT corpus_sha256 || pack FROM runs WHERE run_id = $tuned)
     ORDER BY a.example_id
     LIMIT $max_examples
 ),
