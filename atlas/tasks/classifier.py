@@ -77,11 +77,7 @@ def predictions(tm: TaskModel, logits: torch.Tensor) -> np.ndarray:
 
 def evaluate(tm: TaskModel, batches: list[Batch], intervention: Intervention | None = None) -> dict[str, float]:
     """The task's metrics on the batches, with an intervention on the attention heads."""
-    preds = []
-    with torch.inference_mode(), intervening(intervention or Intervention()):
-        for batch in batches:
-            preds.append(predictions(tm, tm.lm.model(**batch.inputs).logits))
-    return metrics(tm.spec, np.concatenate(preds), labels(batches))
+    return evaluate_many(tm, batches, [(0, intervention or Intervention())], reuse=False)[0]
 
 
 def labels(batches: list[Batch]) -> np.ndarray:

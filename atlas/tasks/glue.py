@@ -56,6 +56,11 @@ TASKS = {
 ALIASES = {"entailment": "0", "not_entailment": "1"}  # RTE's label words, as GLUE numbers them
 
 
+def _class_name(spec: TaskSpec, raw: str) -> str:
+    """A label as the task's class names spell it (RTE files give words or numbers)."""
+    return ALIASES.get(raw, raw) if spec.name == "RTE" else raw
+
+
 @dataclass
 class Examples:
     text_a: list[str]
@@ -87,7 +92,7 @@ def _label(spec: TaskSpec, raw: str, where: str) -> float | int:
             return float(raw)
         except ValueError:
             raise AtlasError(f"{where}: score '{raw}' is not a number") from None
-    value = raw if raw in spec.labels else ALIASES.get(raw, raw) if spec.name == "RTE" else raw
+    value = _class_name(spec, raw)
     if value not in spec.labels:
         raise AtlasError(f"{where}: label '{raw}' is not one of {', '.join(spec.labels)}")
     return spec.labels.index(value)
@@ -160,8 +165,7 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
         labels = np.array(ds["label"], dtype=np.float32)
     else:  # the hub's class order may differ from the TSV files' (MNLI): map by label name
         names = getattr(ds.features["label"], "names", None) or list(spec.labels)
-        aliases = {"entailment": "0", "not_entailment": "1"} if spec.name == "RTE" else {}
-        wanted = [n if n in spec.labels else aliases.get(n, n) for n in names]
+        wanted = [_class_name(spec, n) for n in names]
         if any(n not in spec.labels for n in wanted):
             raise AtlasError(f"--data '{name}': labels {names} do not match {spec.name}'s {list(spec.labels)}")
         labels = np.array([spec.labels.index(wanted[i]) for i in ds["label"]], dtype=np.int64)
