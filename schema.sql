@@ -126,7 +126,8 @@ CREATE TABLE attn_rows (
     layer TINYINT,
     head TINYINT,
     src_tok SMALLINT,
-    entropy FLOAT,               -- nats
+    entropy FLOAT,               -- nats, of the smoothed row 0.9999 a + 1e-4 / n (Clark et al.'s released code;
+                                 --   at most about 0.002 nats above the exact entropy)
     max_weight FLOAT,
     argmax_tok SMALLINT,
     kept_mass FLOAT,             -- attention mass of the row's kept edges
@@ -137,12 +138,15 @@ CREATE TABLE attn_rows (
     to_next FLOAT,               -- the next token (0 for the last)
     to_cls FLOAT,                -- [CLS]
     to_sep FLOAT,                -- every [SEP] of the input
-    to_dot_comma FLOAT           -- the pieces '.' and ','
+    to_dot_comma FLOAT,          -- the pieces '.' and ','
+    received FLOAT               -- attention the token src_tok receives: the column sum of the dense map over
+                                 --   every row of the input (Kovaleva et al.'s feature attention)
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over
--- its pieces, [CLS]/[SEP] as units of their own): the other real word the word attends to most.
--- Computed from the dense map, so the prediction is exact whatever the edge sparsity.
+-- its pieces, [CLS]/[SEP] as units of their own): the other real word the word attends to most, and
+-- the other real word attending to it most (the transposed map, Clark et al.'s head -> dependent
+-- predictor). Computed from the dense map, so the predictions are exact whatever the edge sparsity.
 CREATE TABLE word_rows (
     run_id VARCHAR,
     example_id INTEGER,
@@ -150,7 +154,9 @@ CREATE TABLE word_rows (
     head TINYINT,
     src_word SMALLINT,           -- the attending word
     dst_word SMALLINT,           -- most-attended word other than itself, [CLS] and [SEP]
-    weight FLOAT                 -- its word-level attention weight (at runs.weight_precision)
+    weight FLOAT,                -- its word-level attention weight (at runs.weight_precision)
+    from_word SMALLINT,          -- the other real word whose word-level attention TO src_word is largest
+    from_weight FLOAT            -- that attention weight (at runs.weight_precision)
 );
 
 -- One pair of heads: Jensen-Shannon divergence between their attention distributions, averaged over

@@ -2,14 +2,18 @@
 
 - edges: per attention row, the largest weights until the kept-mass target is reached (the argmax is
   always kept); ``kept_mass=None`` is the dense setting: every weight kept.
-- rows: per-row statistics from the dense row: entropy (nats), max weight, argmax, kept mass and
-  number of kept edges.
+- rows: per-row statistics from the dense row: entropy (nats, of Clark et al.'s smoothed row
+  0.9999 a + 1e-4 / n, as their released General_Analysis computes it), max weight, argmax, kept mass,
+  number of kept edges, the mass given to chosen tokens, and the attention the row's token receives
+  (the column sum of the dense map over every row of the input).
 In the sparse setting every stored weight (edge weights, max weight, kept mass, word-level weight) is
 rounded to float16 precision (relative error at most 2**-11), which halves its bytes on disk; entropy,
 argmax and counts are exact. The dense setting stores everything in exact float32.
 - word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word =
   mean over its pieces, [CLS]/[SEP] as units of their own); for every word, the other real word it
-  attends to most (never itself, [CLS] or [SEP]) and that weight. Exact whatever the edge sparsity.
+  attends to most (never itself, [CLS] or [SEP]) and that weight, and the other real word attending
+  to it most (the transposed map: Clark et al.'s head -> dependent predictor) and that weight. Exact
+  whatever the edge sparsity.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ def _stored(weights: torch.Tensor, kept_mass: float | None) -> torch.Tensor:
     return weights if kept_mass is None else weights.half().float()
 
 
+ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoid NaNs"
 TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
 
 
@@ -68,7 +73,7 @@ def sparsify(
         "layer": layer,
         "head": head,
         "src_tok": src,
-        "entropy": torch.special.entr(rows).double().sum(dim=1).float().numpy(),
+        "entropy": _smoothed_entropy(rows).numpy(),
         "max_weight": _stored(ranked[:, 0], kept_mass).numpy(),
         "argmax_tok": order[:, 0].numpy().astype(np.int16),
         "kept_mass": _stored((ranked.double() * keep).sum(dim=1).float(), kept_mass).numpy(),
@@ -89,7 +94,15 @@ def sparsify(
             received[name] = mass[..., i]
     for name, mass in received.items():
         stats[f"to_{name}"] = _stored(mass.reshape(-1), kept_mass).numpy()
+    stats["received"] = _stored(square.double().sum(dim=2).float().reshape(-1), kept_mass).numpy()
     return edges, stats
+
+
+def _smoothed_entropy(rows: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of each row after Clark et al.'s smoothing towards uniform, in float64."""
+    n = rows.shape[1]
+    smoothed = (1 - ENTROPY_SMOOTHING) * rows.double() + ENTROPY_SMOOTHING / n
+    return torch.special.entr(smoothed).sum(dim=1).float()
 
 
 def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float | None) -> Columns:
@@ -97,7 +110,8 @@ def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float |
     n_layers, n_heads, n, _ = attn.shape
     n_words = 1 + max((w for w in token_word if w is not None), default=-1)
     if n_words < 2:
-        return {k: np.zeros(0, dtype=np.int64) for k in ("layer", "head", "src_word", "dst_word", "weight")}
+        names = ("layer", "head", "src_word", "dst_word", "weight", "from_word", "from_weight")
+        return {k: np.zeros(0, dtype=np.int64) for k in names}
     # units: words 0..n_words-1, then one unit per special token
     unit = np.empty(n, dtype=np.int64)
     extra = n_words
@@ -114,13 +128,21 @@ def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float |
     words = words[:, :, :n_words, :n_words].copy()
     idx = np.arange(n_words)
     words[:, :, idx, idx] = -np.inf
-    best = words.argmax(axis=-1)  # [L, H, n_words]
+    best = words.argmax(axis=-1)  # [L, H, n_words]: the word each word attends to most
     weight = np.take_along_axis(words, best[..., None], axis=-1)[..., 0]
+    attending = words.argmax(axis=-2)  # [L, H, n_words]: the word attending most to each word
+    from_weight = np.take_along_axis(words, attending[..., None, :], axis=-2)[..., 0, :]
     layer, head, src = _row_index(n_layers, n_heads, n_words)
+
+    def stored(w: np.ndarray) -> np.ndarray:
+        return _stored(torch.from_numpy(w.reshape(-1).astype(np.float32)), kept_mass).numpy()
+
     return {
         "layer": layer,
         "head": head,
         "src_word": src,
         "dst_word": best.reshape(-1).astype(np.int16),
-        "weight": _stored(torch.from_numpy(weight.reshape(-1).astype(np.float32)), kept_mass).numpy(),
+        "weight": stored(weight),
+        "from_word": attending.reshape(-1).astype(np.int16),
+        "from_weight": stored(from_weight),
     }

@@ -38,7 +38,11 @@ def test_row_statistics_are_exact():
     attn = random_attention(2)
     _, rows = sparsify(attn, 0.9)
     flat = attn.reshape(-1, attn.shape[-1]).astype(np.float64)
-    np.testing.assert_allclose(rows["entropy"], entropy(flat, axis=1), rtol=1e-5)
+    n = flat.shape[1]
+    # Clark et al., General_Analysis.ipynb: attns = 0.9999 * attns + (0.0001 / attns.shape[-1])
+    smoothed = 0.9999 * flat + 0.0001 / n
+    np.testing.assert_allclose(rows["entropy"], -(smoothed * np.log(smoothed)).sum(axis=1), rtol=1e-5)
+    assert np.abs(rows["entropy"] - entropy(flat, axis=1)).max() < 0.002
     np.testing.assert_array_equal(rows["argmax_tok"], flat.argmax(axis=1))
     np.testing.assert_allclose(rows["max_weight"], flat.max(axis=1), rtol=2**-11)  # float16 precision
     assert (rows["kept_mass"] >= 0.9 * (1 - 2**-11)).all()
@@ -66,3 +70,28 @@ def test_word_rows_sum_to_split_words_and_average_from_them():
     sel0 = (words["layer"] == 0) & (words["head"] == 0) & (words["src_word"] == 0)
     to_w1_from_w0 = a[1, 2] + a[1, 3]
     assert words["weight"][sel0][0] == pytest.approx(max(to_w1_from_w0, a[1, 4]))
+
+
+def test_word_rows_transposed_predictor():
+    """Clark et al.'s attn_head_predictor(mode="transpose"): per word, the word attending to it most."""
+    attn = random_attention(5, n=7)
+    token_word = [None, 0, 1, 1, 2, 3, None]
+    words = word_rows(attn, token_word, None)
+    for layer in range(2):
+        for head in range(3):
+            a = attn[layer, head].astype(np.float64)
+            # the released get_word_word_attention: sum the columns of a split word, mean its rows
+            cols = np.stack([a[:, [t for t, w in enumerate(token_word) if w == i]].sum(1) for i in range(4)], 1)
+            wmap = np.stack([cols[[t for t, w in enumerate(token_word) if w == i]].mean(0) for i in range(4)])
+            wmap = wmap.T.copy()  # mode="transpose"
+            np.fill_diagonal(wmap, 0)
+            pred = wmap.argmax(axis=-1)
+            sel = (words["layer"] == layer) & (words["head"] == head)
+            np.testing.assert_array_equal(words["from_word"][sel], pred)
+            np.testing.assert_allclose(words["from_weight"][sel], wmap.max(axis=-1), rtol=1e-6)
+
+
+def test_received_attention_is_the_column_sum():
+    attn = random_attention(6)
+    _, rows = sparsify(attn, None)
+    np.testing.assert_allclose(rows["received"], attn.astype(np.float64).sum(axis=2).reshape(-1), rtol=1e-6)
