@@ -1,23 +1,35 @@
 -- name: entropy
 -- aliases: attention entropy, broad attention, focused vs broad attention, clark figure 4
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 3.3, Figure 4
--- description: Per head, the mean entropy (nats) of the attention distributions of all tokens and of
---   [CLS] only, each beside its uniform baseline (the entropy of uniform attention over the same
---   input, ln n). Exact: entropy is computed from the dense rows at ingest.
+-- description: Per head, the average entropy (nats) of the attention rows of all tokens and of the
+--   [CLS] row, beside the uniform baseline, as Clark et al.'s released code computes them
+--   (General_Analysis.ipynb cell 7): each row is first smoothed to 0.9999 a + 1e-4 / n (n: the input's
+--   tokens; attn_rows.entropy holds that entropy, from the dense row at ingest); entropy is the mean
+--   over the input's rows (every token, [CLS]/[SEP] included), then the mean over inputs, each input
+--   weighing the same whatever its length; cls_entropy is the mean over inputs of the [CLS] row's
+--   entropy; uniform_entropy, the baseline of both, is the mean over inputs of ln n (the entropy of
+--   uniform attention over the input). The same over every head: a constant of the run.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: heatmap entropy cls_entropy
 
+WITH per_input AS (
+    SELECT r.layer, r.head, r.example_id,
+           avg(r.entropy) AS entropy,
+           any_value(r.entropy) FILTER (WHERE c.tok_idx IS NOT NULL) AS cls_entropy,
+           ln(count(*)) AS uniform_entropy
+    FROM attn_rows r
+    LEFT JOIN (SELECT example_id, tok_idx FROM tokens WHERE run_id = $run AND special = '[CLS]') c
+        ON c.example_id = r.example_id AND c.tok_idx = r.src_tok
+    WHERE r.run_id = $run
+    GROUP BY r.layer, r.head, r.example_id
+)
 SELECT
-    r.layer + 1 AS layer,
-    r.head + 1 AS head,
-    avg(r.entropy) AS entropy,
-    avg(ln(e.n_tokens)) AS uniform_entropy,
-    avg(r.entropy) FILTER (WHERE t.special = '[CLS]') AS cls_entropy,
-    avg(ln(e.n_tokens)) FILTER (WHERE t.special = '[CLS]') AS cls_uniform_entropy
-FROM attn_rows r
-JOIN tokens t ON t.run_id = r.run_id AND t.example_id = r.example_id AND t.tok_idx = r.src_tok
-JOIN examples e ON e.run_id = r.run_id AND e.example_id = r.example_id
-WHERE r.run_id = $run
-GROUP BY r.layer, r.head
+    layer + 1 AS layer,
+    head + 1 AS head,
+    avg(entropy) AS entropy,
+    avg(cls_entropy) AS cls_entropy,
+    avg(uniform_entropy) AS uniform_entropy
+FROM per_input
+GROUP BY layer, head
 ORDER BY layer, head

@@ -2,9 +2,13 @@
 -- aliases: head clustering, jensen shannon, js divergence, mds of heads, clark figure 6
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 6, Figure 6
 -- description: Per head: its 2-D multidimensional-scaling coordinates from the Jensen-Shannon
---   divergences between the attention distributions of every pair of heads (averaged over tokens),
---   its cluster (average-linkage clustering of the same distances), the closest other head and that
---   divergence, and its mean divergence to the heads of its own layer and of the other layers.
+--   divergences between the attention distributions of every pair of heads, its cluster (average-linkage
+--   clustering of the same distances, the project's own), the closest other head and that divergence,
+--   and its mean divergence to the heads of its own layer and of the other layers. The divergence is
+--   Clark et al.'s released head_distances.py: every row of every input (all tokens) smoothed to
+--   0.999 a + 0.001 / n, JS in nats summed over the rows; the released code keeps the sum, here it is
+--   divided by the rows summed (head_pairs.n_rows), so js is the mean per token and js * n_rows the
+--   released number (one constant for every pair: the MDS only scales, the clusters are the same).
 --   Run 'atlas distances --run RUN' first: it recomputes the run's dense maps and writes the tables.
 -- parameters:
 --   run: run id (default: the latest run)

@@ -1,27 +1,36 @@
 -- name: relative position
 -- aliases: relative position heads, previous and next token, positional heads, attention to previous token
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 3.1
--- description: Per head, the mean attention a token puts on the previous token, on the next token and
---   on itself, over every token of every input ([CLS]/[SEP] included, token-level maps as in the
---   paper). Heads that put more than the threshold on one of them are named in 'specialised'.
---   Exact: computed from the dense rows at ingest (attn_rows.to_prev / to_next / to_self).
+-- description: Per head, the average attention a token puts on the previous token, on the next token
+--   and on itself, averaged as Clark et al.'s released code does (General_Analysis.ipynb cell 5, keys
+--   'left', 'right', 'self'): per input, the mean over its rows (every token, [CLS]/[SEP] included,
+--   token-level maps; the first token has no previous, the last no next: 0), then the mean over inputs,
+--   each input weighing the same whatever its length. Heads whose average exceeds the threshold for
+--   one of them are named in 'specialised' (the notebook's cell 18 uses 0.5 for previous and next).
+--   Exact: from the dense rows at ingest (attn_rows.to_prev / to_next / to_self).
 -- parameters:
 --   run: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)
 -- plot: heatmap prev next self
 
+WITH per_input AS (
+    SELECT layer, head, example_id,
+           avg(to_prev) AS prev, avg(to_next) AS next, avg(to_self) AS self
+    FROM attn_rows
+    WHERE run_id = $run
+    GROUP BY layer, head, example_id
+)
 SELECT
     layer + 1 AS layer,
     head + 1 AS head,
-    avg(to_prev) AS prev,
-    avg(to_next) AS next,
-    avg(to_self) AS self,
+    avg(prev) AS prev,
+    avg(next) AS next,
+    avg(self) AS self,
     CASE
-        WHEN avg(to_prev) > $threshold THEN 'previous'
-        WHEN avg(to_next) > $threshold THEN 'next'
-        WHEN avg(to_self) > $threshold THEN 'self'
+        WHEN avg(prev) > $threshold THEN 'previous'
+        WHEN avg(next) > $threshold THEN 'next'
+        WHEN avg(self) > $threshold THEN 'self'
     END AS specialised
-FROM attn_rows
-WHERE run_id = $run
+FROM per_input
 GROUP BY layer, head
 ORDER BY layer, head

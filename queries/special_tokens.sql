@@ -1,21 +1,31 @@
 -- name: special tokens
 -- aliases: attention to special tokens, cls sep punctuation, attention to sep, clark figure 2
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 3.2, Figure 2
--- description: Per head and per layer (rows with head NULL), the mean attention a token puts on
---   [CLS], on [SEP], on periods and commas ('.' and ','), and on every other token, over every token
---   of every input. Exact: from the dense rows at ingest (attn_rows.to_cls / to_sep / to_dot_comma).
+-- description: Per head, the average attention a token puts on [CLS], on the [SEP]s, on the pieces '.'
+--   and ',', and on every other token, averaged as Clark et al.'s released code does
+--   (General_Analysis.ipynb cell 5, keys 'cls', 'sep', 'punct'): per input, the mean over its rows
+--   (every token, [CLS]/[SEP] included), then the mean over inputs, each input weighing the same
+--   whatever its length. Rows with head NULL are the per-layer values: the mean over the layer's heads
+--   (the line of the notebook's Figure 2, cell 14). Exact: from the dense rows at ingest
+--   (attn_rows.to_cls / to_sep / to_dot_comma).
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: layers cls sep dot_comma
 
+WITH per_input AS (
+    SELECT layer, head, example_id,
+           avg(to_cls) AS cls, avg(to_sep) AS sep, avg(to_dot_comma) AS dot_comma
+    FROM attn_rows
+    WHERE run_id = $run
+    GROUP BY layer, head, example_id
+)
 SELECT
     layer + 1 AS layer,
     CASE WHEN grouping(head) = 0 THEN head + 1 END AS head,
-    avg(to_cls) AS cls,
-    avg(to_sep) AS sep,
-    avg(to_dot_comma) AS dot_comma,
-    1 - avg(to_cls + to_sep + to_dot_comma) AS other
-FROM attn_rows
-WHERE run_id = $run
+    avg(cls) AS cls,
+    avg(sep) AS sep,
+    avg(dot_comma) AS dot_comma,
+    1 - avg(cls + sep + dot_comma) AS other
+FROM per_input
 GROUP BY GROUPING SETS ((layer, head), (layer))
 ORDER BY layer, head NULLS LAST

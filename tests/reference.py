@@ -80,36 +80,59 @@ def dense_inputs(model_path: str, groups: list[list[RefSentence]]) -> list[tuple
 
 
 def surface(inputs: list[tuple[np.ndarray, list[str]]]) -> dict[str, np.ndarray]:
-    """Clark et al. Section 3 per-head means ``[layers, heads]`` by plain loops over tokens."""
+    """Clark et al. Section 3 per-head averages ``[layers, heads]``, as General_Analysis.ipynb cells 5 and 7.
+
+    Per input: the attention selected by a mask summed over the map and divided by the rows it averages
+    (n; for 'sep_sep' the [SEP] rows, for 'rest_sep' the others: the code's 2 and n - 2 when there are
+    two [SEP]s), and the entropy of the smoothed rows 0.9999 a + 1e-4 / n; then the mean over inputs.
+    """
     n_layers, n_heads = inputs[0][0].shape[:2]
-    acc: dict[str, list] = defaultdict(lambda: [[[] for _ in range(n_heads)] for _ in range(n_layers)])
-    for attn, pieces in inputs:
-        n = len(pieces)
-        seps = [j for j, p in enumerate(pieces) if p == "[SEP]"]
-        for layer in range(n_layers):
-            for head in range(n_heads):
-                for i in range(n):
-                    row = attn[layer, head, i]
-                    cell = (layer, head)
-                    values = {
-                        "prev": row[i - 1] if i > 0 else 0.0,
-                        "next": row[i + 1] if i + 1 < n else 0.0,
-                        "self": row[i],
-                        "cls": sum(row[j] for j, p in enumerate(pieces) if p == "[CLS]"),
-                        "sep": sum(row[j] for j in seps),
-                        "dot_comma": sum(row[j] for j, p in enumerate(pieces) if p in (".", ",")),
-                        "entropy": -sum(x * np.log(x) for x in row if x > 0),
-                        "uniform_entropy": np.log(n),
-                    }
-                    if pieces[i] == "[CLS]":
-                        values["cls_entropy"] = values["entropy"]
-                        values["cls_uniform_entropy"] = np.log(n)
-                    if pieces[i] == "[SEP]":
-                        values["to_itself"] = row[i]
-                        values["to_other_sep"] = sum(row[j] for j in seps if j != i)
-                    for key, value in values.items():
-                        acc[key][cell[0]][cell[1]].append(value)
-    return {key: np.array([[np.mean(c) for c in row] for row in grid]) for key, grid in acc.items()}
+    out: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((n_layers, n_heads)))
+    for attns, tokens in inputs:
+        n_tokens = attns.shape[-1]
+        seps = np.array([t == "[SEP]" for t in tokens], dtype=float)
+        clss = np.array([t == "[CLS]" for t in tokens], dtype=float)
+        puncts = np.array([t in (".", ",") for t in tokens], dtype=float)
+        n_seps = int(seps.sum())
+        selectors = {
+            "self": (np.eye(n_tokens), n_tokens),
+            "next": (np.eye(n_tokens, n_tokens, 1), n_tokens),  # the code's 'right'
+            "prev": (np.eye(n_tokens, n_tokens, -1), n_tokens),  # the code's 'left'
+            "cls": (np.tile(clss[np.newaxis], [n_tokens, 1]), n_tokens),
+            "sep": (np.tile(seps[np.newaxis], [n_tokens, 1]), n_tokens),
+            "dot_comma": (np.tile(puncts[np.newaxis], [n_tokens, 1]), n_tokens),
+            "sep_sep": (seps[:, np.newaxis] * seps[np.newaxis], n_seps),
+            "rest_sep": ((1 - seps)[:, np.newaxis] * seps[np.newaxis], n_tokens - n_seps),
+            "to_itself": (np.eye(n_tokens) * seps[np.newaxis], n_seps),
+            "to_other_sep": (seps[:, np.newaxis] * seps[np.newaxis] * (1 - np.eye(n_tokens)), n_seps),
+        }
+        for key, (selector, denom) in selectors.items():
+            out[key] += (attns * selector[np.newaxis, np.newaxis]).sum(-1).sum(-1) / (len(inputs) * denom)
+        smoothed = 0.9999 * attns + (0.0001 / n_tokens)
+        out["entropy"] -= (smoothed * np.log(smoothed)).sum(-1).mean(-1) / len(inputs)
+        assert tokens[0] == "[CLS]"  # the code takes row 0 as the [CLS] row
+        out["cls_entropy"] -= (smoothed * np.log(smoothed))[:, :, 0].sum(-1) / len(inputs)
+        out["uniform_entropy"] -= np.log(1.0 / n_tokens) / len(inputs)
+    return dict(out)
+
+
+def head_distance_sums(attn_maps: list[np.ndarray]) -> np.ndarray:
+    """head_distances.py: ``[K, K]`` JS divergences (nats) of the smoothed rows, summed over rows and inputs."""
+    k = attn_maps[0].shape[0] * attn_maps[0].shape[1]
+    js_distances = np.zeros([k, k])
+    for attns in attn_maps:
+        attns_flat = attns.reshape([k, attns.shape[2], attns.shape[3]])
+        for head in range(k):
+            head_attns = np.expand_dims(attns_flat[head], 0)
+            head_attns_smoothed = (0.001 / head_attns.shape[1]) + (head_attns * 0.999)
+            attns_flat_smoothed = (0.001 / attns_flat.shape[1]) + (attns_flat * 0.999)
+            m = (head_attns_smoothed + attns_flat_smoothed) / 2
+            js = -head_attns_smoothed * np.log(m / head_attns_smoothed)
+            js += -attns_flat_smoothed * np.log(m / attns_flat_smoothed)
+            js /= 2
+            js = js.sum(-1).sum(-1)
+            js_distances[head] += js
+    return js_distances
 
 
 def dense_attention(model_path: str, sentences: list[RefSentence]) -> list[tuple[np.ndarray, list[int | None]]]:

@@ -1,41 +1,37 @@
-"""'head distances': JS divergence between heads against scipy on eager attention; MDS and clusters stored."""
+"""'head distances': JS divergence between heads against head_distances.py's procedure over eager attention;
+MDS and clusters stored."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy.spatial.distance import jensenshannon
 
 from atlas.catalogue import resolve, run_entry
 from atlas.distances import compute
 from atlas.errors import AtlasError
 from atlas.plot import plot
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
-from tests.reference import dense_attention, read_sentences
+from tests.reference import dense_attention, head_distance_sums, read_sentences
 
 
-def test_head_distances_equal_scipy_jensen_shannon(tmp_path, model):
+def test_head_distances_equal_the_released_sums_per_row(tmp_path, model):
     corpus = cut_conllu(EWT_SAMPLE, 6, tmp_path / "c.conllu")
     store, run_id = make_store(tmp_path / "s", corpus, model)
     compute(store, run_id, n_examples=4, n_clusters=5, progress=False)
 
-    dense = [a.reshape(-1, *a.shape[2:]) for a, _ in dense_attention(model.source, read_sentences(corpus)[:4])]
-    k = dense[0].shape[0]
-    total, rows = np.zeros((k, k)), 0
-    for attn in dense:
-        for a in range(k):
-            for b in range(k):
-                total[a, b] += sum(jensenshannon(attn[a, i], attn[b, i]) ** 2 for i in range(attn.shape[1]))
-        rows += attn.shape[1]
-    expected = total / rows
+    dense = [a for a, _ in dense_attention(model.source, read_sentences(corpus)[:4])]
+    released = head_distance_sums(dense)
+    k = released.shape[0]
+    n_rows = sum(a.shape[-1] for a in dense)
 
     con = store.connect()
-    got = (
-        con.execute("SELECT js FROM head_pairs WHERE run_id = ? ORDER BY layer_a, head_a, layer_b, head_b", [run_id])
-        .fetchnumpy()["js"]
-        .reshape(k, k)
-    )
-    np.testing.assert_allclose(got, expected, atol=1e-6)
+    pairs = con.execute(
+        "SELECT js, n_rows FROM head_pairs WHERE run_id = ? ORDER BY layer_a, head_a, layer_b, head_b", [run_id]
+    ).fetchnumpy()
+    assert set(pairs["n_rows"]) == {n_rows}
+    got = pairs["js"].reshape(k, k)
+    np.testing.assert_allclose(got * n_rows, released, rtol=1e-6, atol=1e-9)  # the released number: the sum
+    expected = released / n_rows
 
     entry = resolve("head distances")
     df = run_entry(con, entry, entry.bind({"run": run_id}))

@@ -1,5 +1,5 @@
 """Clark et al. Section 3 entries (relative position, special tokens, sep to sep, entropy) from the store
-against plain loops over transformers' eager attention."""
+against General_Analysis.ipynb's procedure (cells 5 and 7) over transformers' eager attention."""
 
 from __future__ import annotations
 
@@ -7,37 +7,44 @@ import numpy as np
 import pytest
 
 from atlas.catalogue import resolve, run_entry
-from tests.conftest import GUM_SAMPLE, make_store
+from tests.conftest import GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_inputs, pairs, read_sentences, surface
 
 COLUMNS = {
     "relative position": ("prev", "next", "self"),
     "special tokens": ("cls", "sep", "dot_comma"),
-    "sep to sep": ("to_itself", "to_other_sep"),
-    "entropy": ("entropy", "uniform_entropy", "cls_entropy", "cls_uniform_entropy"),
+    "sep to sep": ("sep_sep", "rest_sep", "to_itself", "to_other_sep"),
+    "entropy": ("entropy", "cls_entropy", "uniform_entropy"),
 }
+FLOAT16 = 2**-11  # relative rounding error of a mass stored at float16 precision
 
 
 @pytest.fixture(scope="module")
 def pair_runs(tmp_path_factory, model):
-    """GUM sample as [CLS] a [SEP] b [SEP] pairs, dense and with the default sparsity, and the reference."""
+    """The first 27 GUM sentences as [CLS] a [SEP] b [SEP] pairs (13 pairs and, the document's odd last
+    sentence, one input with a single [SEP]), dense and with the default sparsity, and the reference."""
     root = tmp_path_factory.mktemp("pairs")
-    dense = make_store(root / "dense", GUM_SAMPLE, model, pack="pair", kept_mass=None)
-    sparse = make_store(root / "sparse", GUM_SAMPLE, model, pack="pair")
-    return dense, sparse, surface(dense_inputs(model.source, pairs(read_sentences(GUM_SAMPLE))))
+    corpus = cut_conllu(GUM_SAMPLE, 27, root / "gum27.conllu")
+    dense = make_store(root / "dense", corpus, model, pack="pair", kept_mass=None)
+    sparse = make_store(root / "sparse", corpus, model, pack="pair")
+    return dense, sparse, surface(dense_inputs(model.source, pairs(read_sentences(corpus))))
+
+
+def answer(store_and_run, phrase: str):
+    store, run_id = store_and_run
+    entry = resolve(phrase)
+    return run_entry(store.connect(), entry, entry.bind({"run": run_id}))
 
 
 def per_head(store_and_run, phrase: str) -> dict[str, np.ndarray]:
-    store, run_id = store_and_run
-    entry = resolve(phrase)
-    df = run_entry(store.connect(), entry, entry.bind({"run": run_id}))
+    df = answer(store_and_run, phrase)
     heads = df.filter(df["head"].is_not_null()).sort(["layer", "head"])
     n_layers, n_heads = heads["layer"].max(), heads["head"].max()
     return {c: heads[c].to_numpy().reshape(n_layers, n_heads) for c in COLUMNS[phrase]}
 
 
 @pytest.mark.parametrize("phrase", sorted(COLUMNS))
-def test_dense_store_equals_loops(pair_runs, phrase):
+def test_dense_store_equals_released_procedure(pair_runs, phrase):
     dense, _, ref = pair_runs
     for column, got in per_head(dense, phrase).items():
         np.testing.assert_allclose(got, ref[column], rtol=1e-5, atol=1e-6, err_msg=f"{phrase}: {column}")
@@ -49,19 +56,42 @@ def test_default_sparsity_within_float16_precision(pair_runs, phrase):
     for column, got in per_head(sparse, phrase).items():
         if "entropy" in column:  # exact
             np.testing.assert_allclose(got, ref[column], rtol=1e-5, err_msg=f"{phrase}: {column}")
-        else:  # masses (at most 1) are stored at float16 precision: absolute error at most 2**-11
-            np.testing.assert_allclose(got, ref[column], rtol=0, atol=2**-11, err_msg=f"{phrase}: {column}")
+        else:  # averages of masses (at most 1) stored at float16 precision; to_other_sep is a difference of two
+            atol = 2 * FLOAT16 if column == "to_other_sep" else FLOAT16
+            np.testing.assert_allclose(got, ref[column], rtol=0, atol=atol, err_msg=f"{phrase}: {column}")
 
 
-def test_per_layer_rows_average_the_heads(pair_runs):
-    dense, _, _ = pair_runs
+def test_inputs_weigh_the_same_not_rows(pair_runs):
+    """Pooling every row (long inputs weighing more) gives other numbers: the test above can tell them apart."""
+    dense, _, ref = pair_runs
     store, run_id = dense
-    entry = resolve("special tokens")
-    df = run_entry(store.connect(), entry, entry.bind({"run": run_id}))
+    sql = "SELECT avg(to_sep) AS sep FROM attn_rows WHERE run_id = ? GROUP BY layer, head ORDER BY layer, head"
+    pooled = store.connect().execute(sql, [run_id]).fetchnumpy()["sep"].reshape(ref["sep"].shape)
+    assert np.abs(pooled - ref["sep"]).max() > 1e-3
+
+
+def test_sep_to_sep_counts_the_inputs(pair_runs):
+    """One input has a single [SEP]: its own counts (1 and n - 1, not the released 2 and n - 2) are checked
+    by the equality with the reference above."""
+    dense, _, _ = pair_runs
+    df = answer(dense, "sep to sep")
+    assert set(df["n_inputs"]) == {14} and set(df["one_sep_inputs"]) == {1}
+    heads = per_head(dense, "sep to sep")
+    np.testing.assert_allclose(heads["to_itself"] + heads["to_other_sep"], heads["sep_sep"], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("phrase", "columns"), [("special tokens", ("cls", "sep", "dot_comma")), ("sep to sep", ("sep_sep", "rest_sep"))]
+)
+def test_per_layer_rows_average_the_heads(pair_runs, phrase, columns):
+    dense, _, _ = pair_runs
+    df = answer(dense, phrase)
     layers = df.filter(df["head"].is_null()).sort("layer")
-    heads = per_head(dense, "special tokens")
-    np.testing.assert_allclose(layers["sep"].to_numpy(), heads["sep"].mean(axis=1), rtol=1e-6)
-    assert np.allclose(layers[["cls", "sep", "dot_comma", "other"]].sum_horizontal().to_numpy(), 1, atol=1e-5)
+    heads = per_head(dense, phrase)
+    for column in columns:
+        np.testing.assert_allclose(layers[column].to_numpy(), heads[column].mean(axis=1), rtol=1e-6)
+    if phrase == "special tokens":
+        assert np.allclose(layers[["cls", "sep", "dot_comma", "other"]].sum_horizontal().to_numpy(), 1, atol=1e-5)
 
 
 def test_threshold_names_specialised_heads(pair_runs):
