@@ -45,20 +45,28 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="CoNLL-U file (UD v2) or GLUE TSV.")
+@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="Corpus file (see --format).")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["conllu", "glue", "framenet"]),
+    type=click.Choice(["conllu", "glue", "framenet", "text"]),
     default="conllu",
     show_default=True,
     help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP]; "
-    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz), Kovaleva et al.'s filters.",
+    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz), Kovaleva et al.'s filters; "
+    "text: WikiText raw or plain text, an article's paragraphs two by two as [CLS] a [SEP] b [SEP] (Clark et al.'s "
+    "Wikipedia segments), words and dependencies by spaCy.",
 )
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
 @click.option("--seed", default=0, show_default=True, help="Seed of --random-init.")
+@click.option(
+    "--sample", type=click.IntRange(min=1), default=None, help="--format text: draw N paragraph pairs at random."
+)
+@click.option(
+    "--sample-seed", default=0, show_default=True, help="--format text: seed of --sample's draw and of the truncation."
+)
 @click.option(
     "--kept-mass",
     default=0.9,
@@ -71,7 +79,8 @@ def cli() -> None:
     "--max-length",
     type=int,
     default=None,
-    help="Longest input in word pieces (default: the model's); longer sentences are skipped.",
+    help="Longest input in word pieces (default: the model's); longer sentences are skipped (--format text: a "
+    "longer pair loses words at its ends as Clark et al.'s code cuts it, recorded in examples.sent_ids).",
 )
 @click.option(
     "--pack",
@@ -89,6 +98,8 @@ def ingest(
     model: str | None,
     random_init: bool,
     seed: int,
+    sample: int | None,
+    sample_seed: int,
     kept_mass: float,
     dense: bool,
     max_length: int | None,
@@ -110,7 +121,11 @@ def ingest(
         pack = "pair" if task and task_spec(task).text_b else "none"
     if fmt == "framenet" and pack not in (None, "none"):
         raise AtlasError("--pack: FrameNet sentences are read one per input; leave --pack out")
-    checked = check_corpus(corpus, fmt, task)  # fail on bad input before loading anything
+    if fmt == "text":
+        if pack not in (None, "pair"):
+            raise AtlasError("--pack: a text file is read as paragraph pairs; leave --pack out")
+        pack = "pair"
+    checked = check_corpus(corpus, fmt, task, sample, sample_seed)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed)
     settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack or "none")
     result = run_ingest(checked, store, lm, settings, progress=not quiet)
@@ -121,6 +136,15 @@ def ingest(
             f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
             f"--max-length, {result.n_edges:,} attention edges -> {store.root}"
         )
+        if fmt == "text":
+            cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
+            sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
+            n_cut = store.connect().execute(sql, [result.run_id]).fetchone()[0]
+            left_out = checked.n_sentences // 2 - result.n_examples
+            click.echo(
+                f"{n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "
+                f"{left_out} left out (a paragraph would lose every word)"
+            )
 
 
 @cli.command()

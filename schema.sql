@@ -20,6 +20,7 @@ CREATE TABLE runs (
     corpus_sha256 VARCHAR,
     pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
+                                 --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
     weight_precision VARCHAR,    -- float32: exact (dense); float16: stored weights (edge weight, max_weight,
                                  --   kept_mass, word_rows.weight) rounded to float16 precision
@@ -37,9 +38,10 @@ CREATE TABLE runs (
 -- One model input sequence: [CLS] a [SEP] (b [SEP]).
 CREATE TABLE examples (
     run_id VARCHAR,
-    example_id INTEGER,          -- 0-based, in corpus order
-    doc_id VARCHAR,              -- from '# newdoc id', NULL when the corpus has none
-    sent_ids VARCHAR[],          -- '# sent_id' of each sentence in the input
+    example_id INTEGER,          -- 0-based, in corpus order (text with --sample: in the order drawn)
+    doc_id VARCHAR,              -- from '# newdoc id', NULL when the corpus has none (text: the article title)
+    sent_ids VARCHAR[],          -- '# sent_id' of each sentence in the input (text: the paragraph's LINE, or
+                                 --   LINE:FIRST-LAST/N when only its words FIRST to LAST of N were kept)
     first_line INTEGER,          -- corpus line of the first word
     n_sentences SMALLINT,
     n_tokens INTEGER,            -- word pieces including [CLS]/[SEP]

@@ -34,6 +34,7 @@ from ingest.framenet import read_framenet
 from ingest.glue_corpus import read_glue
 from ingest.model import LoadedModel, attention
 from ingest.sparsify import sparsify, word_rows
+from ingest.text_corpus import read_pairs, read_text
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
@@ -53,16 +54,28 @@ class CorpusInfo:
     path: Path
     sha256: str
     n_sentences: int
-    fmt: str = "conllu"  # conllu | glue
+    fmt: str = "conllu"  # conllu | glue | framenet | text
     task: str | None = None  # the GLUE task of a glue file
+    sample: int | None = None  # text: the number of paragraph pairs drawn (None: every pair)
+    sample_seed: int = 0  # text: seed of the draw and of the truncation
 
     @property
     def name(self) -> str:
-        """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)."""
+        """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)
+        and the draw for a sampled text file (wiki.test.raw (sample 1000, seed 0))."""
+        if self.fmt == "text" and self.sample is not None:
+            return f"{self.path.name} (sample {self.sample}, seed {self.sample_seed})"
         return f"{self.task}/{self.path.name}" if self.fmt == "glue" else self.path.name
 
 
-def read_corpus(corpus: CorpusInfo) -> Iterator[Sentence]:
+def read_corpus(
+    corpus: CorpusInfo, tokenizer: transformers.PreTrainedTokenizerBase | None = None, max_length: int | None = None
+) -> Iterator[Sentence]:
+    """The corpus's sentences; a text file needs the model's tokenizer and the input length its pairs are cut to."""
+    if corpus.fmt == "text":
+        if tokenizer is None or max_length is None:
+            raise ValueError("read_corpus: a text corpus is read with a tokenizer and a max_length")
+        return read_text(corpus.path, tokenizer, max_length, corpus.sample, corpus.sample_seed)
     if corpus.fmt == "glue":
         return read_glue(corpus.path, corpus.task or "")
     if corpus.fmt == "framenet":
@@ -79,10 +92,18 @@ class IngestResult:
     n_edges: int
 
 
-def check_corpus(path: Path, fmt: str = "conllu", task: str | None = None) -> CorpusInfo:
+def check_corpus(
+    path: Path, fmt: str = "conllu", task: str | None = None, sample: int | None = None, sample_seed: int = 0
+) -> CorpusInfo:
     """Read the whole corpus once: validates every line before anything is written."""
     if fmt == "glue" and not task:
         raise AtlasError("--format glue needs --task")
+    if sample is not None and fmt != "text":
+        raise AtlasError("--sample: only a --format text corpus is sampled")
+    if fmt == "text":  # its paragraphs are annotated once, at ingest, when they are cut to the model's pieces
+        pairs = read_pairs(path, sample)  # fails on a malformed file or a sample larger than its pairs
+        n = 2 * (len(pairs) if sample is None else sample)
+        return CorpusInfo(path, _sha256(path), n, fmt, None, sample, sample_seed)
     if fmt == "glue":
         task = task_spec(task).name  # one spelling in run ids and corpus names
     info = CorpusInfo(path, "", 0, fmt, task)
@@ -109,6 +130,7 @@ def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
         [
             corpus.sha256,
             *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
+            *([corpus.sample, corpus.sample_seed] if corpus.fmt == "text" else []),
             lm.model_hash,
             lm.random_init,
             lm.seed,
@@ -198,7 +220,7 @@ def _stage_chunks(
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    sentences = _aligned(lm, read_corpus(corpus))
+    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length))
     examples = group_examples(sentences, settings.pack, settings.max_length)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (

@@ -1,0 +1,214 @@
+"""Stage 1 for raw text: paragraphs of WikiText or plain text, paired as Clark et al.'s Wikipedia segments.
+
+Clark et al. (Section 3) ran BERT over 1,000 random Wikipedia segments ``[CLS] paragraph [SEP] paragraph
+[SEP]`` of at most 128 pieces; their ``preprocess_unlabeled.py`` cuts a longer pair with ``truncate_seq_pair``.
+
+Files (CRLF line ends and a UTF-8 byte-order mark are accepted):
+- WikiText raw, recognised by its first non-blank line being a ``= Title =`` heading: every ``= Title =``
+  line starts an article, ``= = Section = =`` lines (any depth) are dropped, and every other non-blank line
+  is one paragraph. WikiText's split markers `` @-@ ``, `` @,@ `` and `` @.@ `` are joined back
+  (``well-known``, ``1,000``, ``1.5``), as the text stood in Wikipedia; the rest is kept as it is.
+- plain text: paragraphs are blocks of non-blank lines between blank lines (their lines joined by a
+  space), and the file is one article.
+An empty file, a line that is not UTF-8 or holds a NUL byte, and a file without two paragraphs to pair are
+one-line errors naming file:line.
+
+Inputs: the paragraphs of an article two by two, without overlap: (1, 2), (3, 4), ...; an article's odd
+last paragraph is left out, section headings do not interrupt the pairing. A pair longer than
+``max_length`` pieces is cut as ``truncate_seq_pair`` cuts it: while the two hold more than ``max_length -
+3`` pieces, the longer (the second on a tie) loses its first or its last word, each with probability 1/2.
+The released code drops pieces; here whole words go, so that a word is never split. The words kept are
+recorded in the sentence id: ``LINE`` for a whole paragraph, ``LINE:FIRST-LAST/N`` for words FIRST to LAST
+(1-based) of its N. A pair that would lose every word of one paragraph is left out, as the released code
+leaves it (its ``break``). With ``sample``, N pairs are drawn without replacement by ``random.Random(seed)``
+and kept in the order drawn (the released code shuffles its segments); without, every pair in file order.
+The truncation draws come from the same generator.
+
+Words, POS tags and dependencies come from spaCy (the GLUE reader's annotation) over the whole paragraph,
+before the cut: a kept word whose head was cut off has no head and no relation.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from bisect import bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from transformers import PreTrainedTokenizerBase
+
+from atlas.errors import AtlasError
+from ingest.align import align
+from ingest.conllu import Sentence, Word
+from ingest.glue_corpus import _nlp, _words
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc
+
+_HEADING = re.compile(r"((?:= )+)(.*?)((?: =)+)")
+_WIKITEXT_MARKER = re.compile(r" @([-,.])@ ")
+_BLOCK = 64  # pairs annotated per spaCy call
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+    line: int  # file line of its first line
+    line_starts: tuple[int, ...]  # offset in text where each of its file lines starts
+
+
+@dataclass(frozen=True)
+class Pair:
+    doc_id: str  # the article's title (WikiText) or the file name (plain text)
+    a: Paragraph
+    b: Paragraph
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise AtlasError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise AtlasError(f"{path}: a folder, expected a text file") from None
+    if not data:
+        raise AtlasError(f"{path}:1: empty file")
+    lines = []
+    for number, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+        if b"\x00" in raw:
+            raise AtlasError(f"{path}:{number}: a NUL byte, expected text")
+        try:
+            lines.append(raw.removesuffix(b"\r").decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            where = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+            raise AtlasError(f"{path}:{number}: not UTF-8 ({where})") from None
+    return lines
+
+
+def _heading(line: str) -> tuple[int, str] | None:
+    """(depth, title) of a WikiText heading line (``= Title =`` is depth 1), None for any other line."""
+    match = _HEADING.fullmatch(line.strip())
+    return (len(match.group(1)) // 2, match.group(2)) if match else None
+
+
+def read_articles(path: Path) -> list[tuple[str, list[Paragraph]]]:
+    """The articles of a file, each as (title, paragraphs), in file order."""
+    lines = _lines(path)
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        raise AtlasError(f"{path}:1: no paragraph, only blank lines")
+    articles: list[tuple[str, list[Paragraph]]] = []
+    if (_heading(first) or (0, ""))[0] == 1:  # WikiText: one paragraph per line
+        for number, line in enumerate(lines, start=1):
+            heading = _heading(line)
+            if heading and heading[0] == 1:
+                articles.append((heading[1], []))
+            elif line.strip() and not heading:
+                text = _WIKITEXT_MARKER.sub(r"\1", line.strip())
+                articles[-1][1].append(Paragraph(text, number, (0,)))
+    else:  # plain text: blocks of lines between blank lines
+        paragraphs: list[Paragraph] = []
+        block: list[tuple[int, str]] = []
+        for number, line in enumerate([*lines, ""], start=1):
+            if line.strip():
+                block.append((number, line.strip()))
+            elif block:
+                starts = tuple(sum(len(text) + 1 for _, text in block[:i]) for i in range(len(block)))
+                paragraphs.append(Paragraph(" ".join(text for _, text in block), block[0][0], starts))
+                block = []
+        articles.append((path.name, paragraphs))
+    if not any(paragraphs for _, paragraphs in articles):
+        raise AtlasError(f"{path}:1: no paragraph, only headings and blank lines")
+    return articles
+
+
+def read_pairs(path: Path, sample: int | None = None) -> list[Pair]:
+    """Every pair of the file, in file order; fails when there is none or fewer than ``sample``."""
+    pairs = [
+        Pair(title, paragraphs[i], paragraphs[i + 1])
+        for title, paragraphs in read_articles(path)
+        for i in range(0, len(paragraphs) - 1, 2)
+    ]
+    if not pairs:
+        raise AtlasError(f"{path}:1: no article has two paragraphs to pair")
+    if sample is not None and sample > len(pairs):
+        raise AtlasError(f"--sample {sample}: {path} holds only {len(pairs)} paragraph pairs")
+    return pairs
+
+
+def truncate_pair(a: list[int], b: list[int], budget: int, rng: random.Random) -> tuple[range, range]:
+    """The words of two paragraphs kept (by their piece counts a and b) so that at most ``budget`` pieces
+    remain: preprocess_unlabeled.py's ``truncate_seq_pair``, by whole words instead of pieces."""
+    spans = [[0, len(a)], [0, len(b)]]
+    sizes = [sum(a), sum(b)]
+    while sizes[0] + sizes[1] > budget:
+        side = 0 if sizes[0] > sizes[1] else 1
+        pieces, span = (a, b)[side], spans[side]
+        if rng.random() < 0.5:
+            sizes[side] -= pieces[span[0]]
+            span[0] += 1
+        else:
+            span[1] -= 1
+            sizes[side] -= pieces[span[1]]
+    return range(*spans[0]), range(*spans[1])
+
+
+def _cut(words: list[Word], keep: range, paragraph: Paragraph) -> tuple[str, list[Word]]:
+    """The sentence id and the kept words, renumbered from 1, heads inside the cut remapped."""
+    whole = len(keep) == len(words)
+    sent_id = f"{paragraph.line}" if whole else f"{paragraph.line}:{keep[0] + 1}-{keep[-1] + 1}/{len(words)}"
+    out = []
+    for word in words[keep.start : keep.stop]:
+        inside = word.head is not None and (word.head == 0 or word.head - 1 in keep)
+        out.append(
+            replace(
+                word,
+                id=word.id - keep.start,
+                head=(word.head - keep.start if word.head else 0) if inside else None,
+                deprel=word.deprel if inside else None,
+            )
+        )
+    return sent_id, out
+
+
+def _annotate(paragraph: Paragraph, doc: Doc) -> list[Word]:
+    """spaCy's words of a paragraph (the GLUE reader's annotation), each on the file line it starts on."""
+    starts = [tok.idx for tok in doc if not tok.is_space]
+    words = _words(doc, paragraph.line)
+    lines = [paragraph.line + bisect_right(paragraph.line_starts, i) - 1 for i in starts]
+    return [replace(w, line=line) for w, line in zip(words, lines, strict=True)]
+
+
+def read_text(
+    path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int, sample: int | None = None, seed: int = 0
+) -> Iterator[Sentence]:
+    """Yield the two paragraphs of each input, cut to ``max_length`` pieces (see the module notes)."""
+    pairs = read_pairs(path, sample)
+    rng = random.Random(seed)
+    order = iter(rng.sample(range(len(pairs)), len(pairs)) if sample is not None else range(len(pairs)))
+    wanted = len(pairs) if sample is None else sample
+    taken = 0
+    while block := [pairs[i] for i in islice(order, min(_BLOCK, wanted - taken))]:
+        docs = iter(_nlp().pipe([p.text for pair in block for p in (pair.a, pair.b)], batch_size=_BLOCK))
+        for pair in block:
+            paragraphs = (pair.a, pair.b)
+            words = [_annotate(p, next(docs)) for p in paragraphs]
+            whole = [Sentence(0, "", pair.doc_id, p.line, w) for p, w in zip(paragraphs, words, strict=True)]
+            aligned = align(tokenizer, whole)
+            counts = [[len(pieces) for pieces in s.word_pieces] for s in aligned]
+            keep = truncate_pair(*counts, max_length - 3, rng)
+            if not all(keep):
+                continue
+            for side, (p, w, k) in enumerate(zip(paragraphs, words, keep, strict=True)):
+                sent_id, kept = _cut(w, k, p)
+                yield Sentence(2 * taken + side, sent_id, pair.doc_id, kept[0].line, kept)
+            taken += 1
+    if sample is not None and taken < sample:
+        raise AtlasError(
+            f"--sample {sample}: only {taken} of the {len(pairs)} paragraph pairs of {path} keep words of both "
+            f"paragraphs within --max-length {max_length}"
+        )
