@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 import click
@@ -10,10 +12,20 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from atlas.catalogue import Entry, entries, resolve, run_entry
-from atlas.cli_options import format_option, out_option, store_at, store_option
+from atlas.cli_options import (
+    file_format_option,
+    format_option,
+    limit_option,
+    out_option,
+    run_option,
+    single_value,
+    store_at,
+    store_option,
+)
 from atlas.errors import AtlasError
 from atlas.output import emit
-from atlas.store import table_schemas
+from atlas.prerequisites import check as check_prerequisites
+from atlas.store import Store, table_schemas
 from atlas.tasks.commands import TASK_COMMANDS
 
 _store = store_at  # the store named by --store or $ATLAS_STORE
@@ -27,6 +39,9 @@ class AtlasGroup(click.Group):
             return super().invoke(ctx)
         except AtlasError as exc:
             raise click.ClickException(str(exc)) from None
+        except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise click.exceptions.Exit(0) from None
         except (OSError, duckdb.Error) as exc:  # a file that cannot be read or written, a locked store
             raise click.ClickException(str(exc).strip().splitlines()[0]) from None
         except KeyboardInterrupt:
@@ -112,6 +127,7 @@ def ingest(
     from ingest.pipeline import Settings, check_corpus
     from ingest.pipeline import ingest as run_ingest
 
+    _refuse_misused_options(click.get_current_context(), corpus, fmt)
     store = _store(store_path)
     if fmt == "glue":
         from atlas.tasks.glue import task_spec
@@ -147,25 +163,71 @@ def ingest(
             )
 
 
+def _refuse_misused_options(ctx: click.Context, corpus: Path, fmt: str) -> None:
+    """One line for option combinations that would do something else than asked (or nothing)."""
+
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
+
+    if given("seed") and not ctx.params["random_init"]:
+        raise AtlasError("--seed: seeds --random-init's weights; without --random-init the model is the same")
+    if given("kept_mass") and ctx.params["dense"]:
+        raise AtlasError("--kept-mass: --dense keeps every weight; give one of --dense and --kept-mass")
+    if given("task") and fmt != "glue":
+        raise AtlasError("--task: names the GLUE task of a --format glue file; add --format glue or leave --task out")
+    if corpus.is_dir() and fmt != "framenet":
+        raise AtlasError(f"--corpus '{corpus}': is a folder; name the corpus file")
+    if corpus.is_file() and fmt != "framenet":
+        with corpus.open("rb") as handle:
+            if handle.read(2) == b"\x1f\x8b":
+                raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
+
+
 @cli.command()
+@click.option("--unfinished", is_flag=True, help="List the interrupted ingests instead (see 'atlas rm').")
 @store_option
 @format_option
-def runs(store_path: str | None, fmt: str) -> None:
-    """List the runs in the store."""
+def runs(unfinished: bool, store_path: str | None, fmt: str | None) -> None:
+    """List the runs in the store, with what tells them apart (weights, seed, max length, kept mass, pack)."""
     store = _store(store_path)
+    if unfinished:
+        staged = store.unfinished_runs()
+        emit(pl.DataFrame({"unfinished_run": staged}, schema={"unfinished_run": pl.Utf8}), fmt, None)
+        if staged:
+            click.echo("re-run the same 'atlas ingest' to resume one, or 'atlas rm RUN' to discard it", err=True)
+        return
     con = store.connect()
-    df = con.execute(
-        "SELECT run_id, model, random_init, corpus, pack, kept_mass, n_examples, n_skipped, n_edges, created_at "
-        "FROM runs ORDER BY created_at"
-    ).pl()
-    emit(df, fmt, None)
+    rel = con.sql(
+        "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
+        "AS weights, corpus, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') AS kept_mass, n_examples, "
+        "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
+    )
+    emit(rel, fmt, None)
     for run_id in store.unfinished_runs():
-        click.echo(f"unfinished (interrupted) ingest: {run_id}; re-run the same 'atlas ingest' to resume", err=True)
+        click.echo(
+            f"unfinished (interrupted) ingest: {run_id}; re-run the same 'atlas ingest' to resume, or "
+            f"'atlas rm {run_id}' to discard it",
+            err=True,
+        )
+
+
+@cli.command()
+@click.argument("run_ids", nargs=-1, required=True)
+@store_option
+def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
+    """Remove runs (and every result stored with them), each in one atomic step; or discard an interrupted
+    ingest (see 'atlas runs --unfinished')."""
+    store = _store(store_path)
+    if not store.exists():
+        raise AtlasError(f"--store '{store.root}': no store here")
+    for run_id in run_ids:
+        what = store.remove(run_id)
+        click.echo(f"removed {what} {run_id}", err=True)
 
 
 @cli.command()
 @format_option
-def queries(fmt: str) -> None:
+def queries(fmt: str | None) -> None:
     """List the analysis catalogue."""
     df = pl.DataFrame(
         {
@@ -190,62 +252,105 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 
 @cli.command()
 @click.argument("phrase")
-@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
 @click.option("--describe", is_flag=True, help="Show the entry's description and SQL instead of running it.")
 @store_option
-@format_option
+@file_format_option
 @out_option
+@limit_option
 def query(
     phrase: str,
     run_id: str | None,
     params: tuple[str, ...],
     describe: bool,
     store_path: str | None,
-    fmt: str,
+    fmt: str | None,
     out: Path | None,
+    limit: int | None,
 ) -> None:
-    """Run a catalogue entry named by PHRASE (a name, an alias or close words)."""
+    """Run a catalogue entry named by PHRASE (a name, an alias or close words).
+
+    The first line on stderr names the entry and the runs that answered. Exit status 1 (with one line
+    saying what to run first) when the entry needs a step that has not run on the store, e.g. 'head
+    distances' before 'atlas distances'.
+    """
     if describe:
         entry = resolve(phrase)
         click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
         return
-    entry, df = _run_query(phrase, run_id, params, store_path)
-    emit(df, fmt, out)
+    entry, df, _ = _run_query(phrase, run_id, params, store_path)
+    emit(df, fmt, out, limit)
+
+
+# parameters holding a run id: of an ingested run (the runs table), or of any run with results (task models)
+_RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
+
+
+def _run_line(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    row = con.execute("SELECT model, corpus FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is not None:
+        return f"{run_id} (model {row[0]}, corpus {row[1]})"
+    row = con.execute("SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = ?", [run_id]).fetchone()
+    return f"{run_id} ({row[0]} model from {row[1]})" if row and row[0] else run_id
+
+
+def _check_run(store: Store, con: duckdb.DuckDBPyConnection, option: str, run_id: str, kind: str = "runs") -> None:
+    """Refuse a run id the store does not hold (instead of an empty answer)."""
+    if kind == "runs":
+        known = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] > 0
+    else:
+        known = run_id in store.run_ids()
+    if not known:
+        raise AtlasError(f"{option} '{run_id}': no such run in {store.root} (see 'atlas runs')")
 
 
 def _run_query(
     phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None
-) -> tuple[Entry, pl.DataFrame]:
+) -> tuple[Entry, pl.DataFrame, str]:
+    """Run an entry; returns it, its answer and the line naming it and the runs that answered (also on stderr)."""
     entry = resolve(phrase)
     values = _params(params)
     store = _store(store_path)
     con = store.connect()
-    if any(p.name == "run" for p in entry.parameters):
+    takes = {p.name for p in entry.parameters}
+    if run_id is not None and "run" not in takes:
+        raise AtlasError(f"--run: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})")
+    if "run" in takes:
         values["run"] = run_id or values.get("run") or store.latest_run(con)
-        if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [values["run"]]).fetchone()[0] == 0:
-            raise AtlasError(f"--run '{values['run']}': no such run in {store.root} (see 'atlas runs')")
-    click.echo(f"{entry.name} ({entry.paper})", err=True)
-    return entry, run_entry(con, entry, entry.bind(values))
+    for name, value in values.items():
+        if name in _RUN_PARAMS and name in takes and value:
+            _check_run(store, con, "--run" if name == "run" else f"--param {name}", value, _RUN_PARAMS[name])
+    bound = entry.bind(values)
+    notes = check_prerequisites(con, entry.name, bound)
+    used = [f"{name} {_run_line(con, str(bound[name]))}" for name in _RUN_PARAMS if bound.get(name)]
+    title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
+    click.echo(title, err=True)
+    for note in notes:
+        click.echo(note, err=True)
+    return entry, run_entry(con, entry, bound), title
 
 
 @cli.command(name="plot")
 @click.argument("phrase")
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="PNG file.")
-@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@click.option(
+    "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Figure file: .png, .pdf or .svg."
+)
+@run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
 @store_option
 def plot_command(phrase: str, out: Path, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> None:
-    """Draw the paper-style figure of a catalogue entry (PNG)."""
-    from atlas.plot import plot
+    """Draw the paper-style figure of a catalogue entry (PNG, PDF or SVG, by the --out file's suffix)."""
+    from atlas.plot import check_out, plot
 
-    entry, df = _run_query(phrase, run_id, params, store_path)
-    plot(entry, df, out)
+    check_out(out)
+    entry, df, title = _run_query(phrase, run_id, params, store_path)
+    plot(entry, df, out, title)
     click.echo(f"wrote {out}", err=True)
 
 
 @cli.command()
-@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@run_option
 @click.option("--examples", default=500, show_default=True, help="Inputs to average over (the first ones).")
 @click.option("--clusters", default=6, show_default=True, help="Number of head clusters.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -255,11 +360,9 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
     from atlas.distances import compute
 
     store = _store(store_path)
-    if run_id is None:
-        con = store.connect()
-        run_id = store.latest_run(con)
-        con.close()
-    compute(store, run_id, examples, clusters, progress=not quiet)
+    run_id = _chosen_run(store, run_id)
+    with store.writing():  # refused at once while another process writes to the store
+        compute(store, run_id, examples, clusters, progress=not quiet)
     click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
 
 
@@ -294,7 +397,7 @@ def probe(
 
 
 @cli.command()
-@click.option("--run", "run_id", default=None, help="Run id (default: the latest run).")
+@run_option
 @click.option(
     "--labels",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -307,28 +410,40 @@ def patterns(run_id: str | None, labels: Path | None, store_path: str | None) ->
     from atlas.patterns import THRESHOLDS, classify
 
     store = _store(store_path)
-    if run_id is None:
-        con = store.connect()
-        run_id = store.latest_run(con)
-        con.close()
+    run_id = _chosen_run(store, run_id)
     if labels is not None:
         from atlas.pattern_cnn import train_and_classify
 
-        f1, n = train_and_classify(store, run_id, labels)
+        with store.writing():
+            f1, n = train_and_classify(store, run_id, labels)
         click.echo(f"CNN: cross-validated macro F1 {f1:.1f} on the labels; {n:,} maps of {run_id} classed")
         return
-    n = classify(store, run_id)
+    with store.writing():
+        n = classify(store, run_id)
     rule = ", ".join(f"{k} {v}" for k, v in THRESHOLDS.items())
     click.echo(f"{n:,} maps of {run_id} classed (thresholds: {rule}); see 'atlas query \"pattern shares\"'")
 
 
-@cli.command()
-@click.argument("statement")
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("statement", required=False)
+@click.option(
+    "-f", "--file", "sql_file", type=click.File("r"), default=None, help="Read the SQL from FILE ('-': standard input)."
+)
 @store_option
-@format_option
+@file_format_option
 @out_option
-def sql(statement: str, store_path: str | None, fmt: str, out: Path | None) -> None:
-    """Run read-only SQL over the store (only SELECT statements are accepted)."""
+@limit_option
+def sql(
+    statement: str | None, sql_file, store_path: str | None, fmt: str | None, out: Path | None, limit: int | None
+) -> None:
+    """Run read-only SQL over the store (one SELECT statement), given as STATEMENT, '-' (standard input) or -f FILE.
+
+    Tables: runs, examples, tokens, words, mentions, frames, attn_edges, attn_rows, word_rows, head_pairs,
+    head_scores, probes, task_models, ablations, attention_gradients, patterns (columns in schema.sql).
+    Layers, heads and token and word positions are 0-based in the store; the catalogue's answers show
+    layers and heads 1-based (layer-head), as the papers do. SQL may begin with '--' comments.
+    """
+    statement = _sql_text(statement, sql_file)
     con = _store(store_path).connect(sandboxed=True)
     try:
         parsed = con.extract_statements(statement)
@@ -339,20 +454,36 @@ def sql(statement: str, store_path: str | None, fmt: str, out: Path | None) -> N
     if parsed[0].type != duckdb.StatementType.SELECT:
         raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {parsed[0].type.name}")
     try:
-        df = con.execute(statement).pl()
+        emit(con.sql(statement), fmt, out, limit)
     except duckdb.Error as exc:
         raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
-    emit(df, fmt, out)
+
+
+def _sql_text(statement: str | None, sql_file) -> str:
+    if sql_file is not None and statement is not None:
+        raise AtlasError("sql: give the SQL as STATEMENT or with -f FILE, not both")
+    if statement == "-":
+        statement = sys.stdin.read()
+    elif sql_file is not None:
+        statement = sql_file.read()
+    if statement is not None and statement.startswith("-") and len(statement.split()) == 1 and statement != "-":
+        raise AtlasError(f"sql: no such option {statement} (see 'atlas sql --help')")
+    if not statement or not statement.strip():
+        raise AtlasError("sql: no SQL given (STATEMENT, '-' for standard input, or -f FILE)")
+    return statement
 
 
 @cli.command()
 @click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
-@click.option("--run", "run_id", default=None, help="Only this run (default: every run).")
+@click.option("--run", "run_id", multiple=True, callback=single_value, help="Only this run (default: every run).")
 @store_option
 def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> None:
     """Write every table of the store as one Parquet file per table."""
-    con = _store(store_path).connect()
+    store = _store(store_path)
+    con = store.connect()
+    if run_id is not None:
+        _check_run(store, con, "--run", run_id, "any")
     out.mkdir(parents=True, exist_ok=True)
     where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
     for name in table_schemas():
@@ -363,6 +494,18 @@ def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> N
                 writer.write_batch(batch)
         tmp.replace(out / f"{name}.{fmt}")
         click.echo(f"{name}: {pq.ParquetFile(out / f'{name}.{fmt}').metadata.num_rows:,} rows", err=True)
+
+
+def _chosen_run(store: Store, run_id: str | None) -> str:
+    """--run if the store holds it, else the latest run."""
+    con = store.connect()
+    try:
+        if run_id is None:
+            return store.latest_run(con)
+        _check_run(store, con, "--run", run_id)
+        return run_id
+    finally:
+        con.close()
 
 
 def main() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from atlas.output import FORMATS
+from atlas.output import FORMATS, TABLE_ROWS
 from atlas.store import Store
 
 STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
@@ -17,7 +17,34 @@ def store_at(path: str | None) -> Store:
     return Store(Path(path or os.environ.get("ATLAS_STORE") or "atlas-store"))
 
 
+def single_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:
+    if len(values) > 1:
+        raise click.BadParameter(f"given {len(values)} times ({', '.join(values)}); name one run", ctx, param)
+    return values[0] if values else None
+
+
 store_option = click.option("--store", "store_path", type=click.Path(file_okay=False), help=STORE_HELP)
-format_option = click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
-out_option = click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file.")
+# printed results: a table (the default), CSV or JSON; Parquet only where the command writes a file (--out)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice([f for f in FORMATS if f != "parquet"]), default=None, help="[default: table]"
+)
+file_format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="[default: the --out file's suffix (.csv, .json, .parquet), else table]",
+)
+out_option = click.option(
+    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file (atomically)."
+)
+limit_option = click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"At most N rows (a table shows {TABLE_ROWS} unless given; csv, json and parquet write every row).",
+)
+run_option = click.option(
+    "--run", "run_id", multiple=True, callback=single_value, help="Run id (default: the latest run; see 'atlas runs')."
+)
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar.")

@@ -1,4 +1,4 @@
-"""Paper-style figures of a catalogue entry's result, as PNG.
+"""Paper-style figures of a catalogue entry's result, as PNG, PDF or SVG (by the file's suffix).
 
 - ``heatmap``: one layer x head heat map per column, with the values printed in the cells.
 - ``layers``: one panel per column: every head as a point over its layer, and the layer mean as a line
@@ -128,14 +128,28 @@ def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> plt.Figure:
     return fig
 
 
-def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
+FIGURE_FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_out(out: Path) -> None:
+    """Refuse a figure file atlas cannot write, before any work."""
+    if out.suffix.lower() not in FIGURE_FORMATS:
+        raise AtlasError(f"--out '{out}': a figure is written as {', '.join(FIGURE_FORMATS)}; name the file so")
+    if not out.parent.is_dir():
+        raise AtlasError(f"--out '{out}': the folder '{out.parent}' does not exist")
+
+
+def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -> None:
+    """Draw ``entry``'s figure of ``df`` into ``out``; ``source`` (the entry and the runs that answered) is
+    its title."""
+    check_out(out)
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
     kind, *columns = entry.plot
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
-    title = textwrap.fill(f"{entry.name} ({entry.paper})", 70)
+    title = "\n".join(textwrap.wrap(source or f"{entry.name} ({entry.paper})", 90))
     if kind == "stacked":
         _save(_stacked(df, *columns, title=title), out)
         return
@@ -153,7 +167,10 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path) -> None:
 
 def _save(fig: plt.Figure, out: Path) -> None:
     fig.tight_layout()
-    tmp = out.with_name(f".{out.name}.tmp.png")
-    fig.savefig(tmp, dpi=150)
-    plt.close(fig)
-    os.replace(tmp, out)
+    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
+    try:
+        fig.savefig(tmp, dpi=150, format=out.suffix.lower()[1:])
+        os.replace(tmp, out)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)

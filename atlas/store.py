@@ -2,19 +2,38 @@
 
 Layout::
 
-    STORE/atlas.duckdb                        views (and macros) over the Parquet files
+    STORE/atlas.duckdb                        views over the Parquet files (no absolute path in them)
     STORE/data/<run_id>/<table>/*.parquet     the source of truth, one folder per published run
+    STORE/data/.schema/<table>/empty.parquet  a file with no rows and the declared columns of each table
     STORE/.staging/<run_id>/...               a run being written; invisible to the views
+    STORE/atlas.lock                          held (flock) by the one process writing; holds its pid
 
-A run becomes visible in one atomic step: its staging folder is renamed into ``data/``. Every Parquet
-file is written under a temporary name and renamed once complete.
+What the store promises:
+
+- Atomic runs: a run becomes visible in one step, the rename of its staging folder into ``data/``; every
+  Parquet file is written under a temporary name and renamed once complete. Publishing writes nothing
+  to ``atlas.duckdb``: its views read ``data/*/<table>/*.parquet``, so they see a new run at once (the
+  ``.schema`` file keeps a view valid before any run wrote its table). The views change only when
+  schema.sql does.
+- Portable and read-only use: the views find ``data/`` beside the database file, wherever the store was
+  copied or moved, whatever the working directory, in atlas and in the DuckDB CLI alike: the path is
+  the directory of DuckDB's default ``temp_directory``, which is ``<database file>.tmp``. Reading writes
+  nothing, so a read-only store answers every query.
+- One writer: a process that writes holds ``atlas.lock``; another gets a one-line error naming the
+  holder's pid. Readers never take the lock.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
+import shutil
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -28,6 +47,12 @@ from atlas.errors import AtlasError
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
+LOCK_NAME = "atlas.lock"
+SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a file with no rows
+# the store's folder as DuckDB sees it: the directory of the database's default temp_directory
+# ('<database file>.tmp'); '' when DuckDB was started in the store's folder
+ROOT_SQL = "left(current_setting('temp_directory'), -length(parse_filename(current_setting('temp_directory'))))"
+_HELD: dict[Path, int] = {}  # writer locks this process holds: lock file -> open file descriptor
 
 
 @cache
@@ -82,12 +107,17 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=schema.names)
 
 
+class StoreBusy(AtlasError):
+    """Another process is writing to the store."""
+
+
 class Store:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.db = root / DB_NAME
         self.data = root / "data"
         self.staging = root / ".staging"
+        self.lock_file = root / LOCK_NAME
 
     def exists(self) -> bool:
         return self.db.is_file()
@@ -101,34 +131,75 @@ class Store:
         if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
             raise AtlasError(f"--store '{self.root}': the path must not contain * ? [ ] {{ }} (file patterns)")
         self.data.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{DB_NAME}.tmp"
-        tmp.unlink(missing_ok=True)
-        con = duckdb.connect(str(tmp))
+        with self.writing():
+            if self.exists():
+                return
+            self._write_schema_files()
+            tmp = self.root / f".{DB_NAME}.tmp"
+            tmp.unlink(missing_ok=True)
+            con = duckdb.connect(str(tmp))
+            try:
+                self._write_views(con)
+            finally:
+                con.close()
+            os.replace(tmp, self.db)
+
+    @contextmanager
+    def writing(self, wait: bool = False) -> Iterator[None]:
+        """Hold the store's writer lock (re-entrant within a process). ``wait``: block until the holder is
+        done (saying so on stderr) instead of failing with its pid."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        key = self.lock_file.resolve()
+        if key in _HELD:
+            yield
+            return
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            self._write_views(con)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                if not wait:
+                    os.close(fd)
+                    fd = -1
+                    raise StoreBusy(
+                        f"--store '{self.root}': another atlas process is writing to this store (pid {holder}); "
+                        "try again when it is done"
+                    ) from None
+                print(f"waiting for atlas process {holder} to finish writing to {self.root}", file=sys.stderr)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _HELD[key] = fd
+            for trash in self.root.glob(".trash-*"):  # what a removal killed half-way left behind
+                shutil.rmtree(trash, ignore_errors=True)
+            try:
+                yield
+            finally:
+                del _HELD[key]
+                os.ftruncate(fd, 0)
         finally:
-            con.close()
-        os.replace(tmp, self.db)
+            if fd >= 0:
+                os.close(fd)  # releases the lock
+
+    def _write_schema_files(self) -> None:
+        for name in table_schemas():
+            write_parquet(to_table(name, {}, 0), self.data / SCHEMA_DIR / name / "empty.parquet")
 
     def _view_state(self) -> str:
-        """What the views depend on: the store's location, the schema, and which tables have files."""
-        backed = [name for name in table_schemas() if any(self.data.glob(f"*/{name}/*.parquet"))]
-        schema = hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest()[:16]
-        return f"{self.root.resolve()}|{schema}|{','.join(backed)}"
+        """What the views depend on: the schema (not the store's location, nor which runs it holds)."""
+        return hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest()[:16]
 
     def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
-        # the declared (empty) tables, so that a table no run has written yet still has its columns
-        con.execute("DROP SCHEMA IF EXISTS declared CASCADE; CREATE SCHEMA declared; USE declared")
-        con.execute(SCHEMA_FILE.read_text())
-        con.execute("USE main")
-        for name in table_schemas():
-            if any(self.data.glob(f"*/{name}/*.parquet")):
-                pattern = str(self.data.resolve() / "*" / name / "*.parquet").replace("'", "''")
-                source = f"read_parquet('{pattern}', union_by_name = true, hive_partitioning = false)"
-            else:
-                source = f"declared.{name}"
-            con.execute(f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM {source}")
+        con.execute("DROP SCHEMA IF EXISTS declared CASCADE")  # stores written before the .schema files
+        for name, schema in table_schemas().items():
+            pattern = f"data/*/{name}/*.parquet"
+            columns = ", ".join(f'"{c}"' for c in schema.names)
+            con.execute(
+                f"CREATE OR REPLACE VIEW {name} AS SELECT {columns} FROM read_parquet({ROOT_SQL} || '{pattern}', "
+                "union_by_name = true, hive_partitioning = false)"
+            )
         con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('view_state', ?)", [self._view_state()])
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
@@ -140,22 +211,30 @@ class Store:
             raise AtlasError(f"{self.db}: cannot open the store ({str(exc).splitlines()[0]})") from None
 
     def refresh_views(self) -> None:
-        con = self._open(read_only=False)
-        try:
-            self._write_views(con)
-        finally:
-            con.close()
+        """Rewrite the views and the .schema files (after schema.sql changed), holding the writer lock."""
+        with self.writing():
+            self._write_schema_files()
+            con = self._open(read_only=False)
+            try:
+                self._write_views(con)
+            finally:
+                con.close()
 
     def connect(self, sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
-        """A read-only connection; the views are re-pointed first if the store folder moved or a table
-        got its first Parquet files since they were written. ``sandboxed``: for user SQL, no extension
-        installs and no file access outside the store's data folder (for the rest of the process)."""
+        """A read-only connection. Writes nothing, unless the views predate the current schema.sql (then they
+        are rewritten first). ``sandboxed``: for user SQL, no extension installs and no file access outside
+        the store's data folder (for the rest of the process)."""
         if not self.exists():
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
         recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'view_state'").fetchone()
         if recorded is None or recorded[0] != self._view_state():
             con.close()
+            if not os.access(self.db, os.W_OK):
+                raise AtlasError(
+                    f"--store '{self.root}': written by another version of atlas; open it once where it can be "
+                    "written to update its views"
+                )
             self.refresh_views()
             con = self._open(read_only=True)
         if sandboxed and con.execute("SELECT current_setting('enable_external_access')").fetchone()[0]:
@@ -168,24 +247,47 @@ class Store:
 
     def put(self, run_id: str, table: str, name: str, columns: dict[str, object], n_rows: int) -> None:
         """Write one results file of ``table`` for a run (atomically; replacing one of the same name)."""
-        write_parquet(to_table(table, columns, n_rows), self.data / run_id / table / f"{name}.parquet")
-        self.refresh_views()
+        with self.writing(wait=True):
+            write_parquet(to_table(table, columns, n_rows), self.data / run_id / table / f"{name}.parquet")
 
     def remove_if_empty(self) -> None:
         """Undo ``create`` for a store that never received a run."""
         if self.run_ids() or self.unfinished_runs():
             return
-        self.db.unlink(missing_ok=True)
-        for folder in (self.data, self.staging, self.root):
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        with self.writing():
+            self.db.unlink(missing_ok=True)
+            shutil.rmtree(self.data / SCHEMA_DIR, ignore_errors=True)
+            for folder in (self.data, self.staging):
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+        self.lock_file.unlink(missing_ok=True)
+        if self.root.is_dir() and not any(self.root.iterdir()):
+            self.root.rmdir()
 
     def run_ids(self) -> list[str]:
-        return sorted(p.name for p in self.data.iterdir() if p.is_dir()) if self.data.is_dir() else []
+        """Every run id with a folder in data/ (ingested runs and the task models' results)."""
+        if not self.data.is_dir():
+            return []
+        return sorted(p.name for p in self.data.iterdir() if p.is_dir() and not p.name.startswith("."))
 
     def unfinished_runs(self) -> list[str]:
         """Runs whose ingest was interrupted (re-running the same ingest resumes them)."""
-        return sorted(p.name for p in self.staging.iterdir()) if self.staging.is_dir() else []
+        if not self.staging.is_dir():
+            return []
+        return sorted(p.name for p in self.staging.iterdir() if not p.name.startswith("."))
+
+    def remove(self, run_id: str) -> str:
+        """Remove a run (published: from data/; interrupted: its staging folder) in one atomic step; returns
+        which it was ('run' or 'unfinished ingest')."""
+        with self.writing():
+            for folder, what in ((self.data, "run"), (self.staging, "unfinished ingest")):
+                path = folder / run_id
+                if run_id and not run_id.startswith(".") and "/" not in run_id and path.is_dir():
+                    trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
+                    path.rename(trash)  # invisible from here on
+                    shutil.rmtree(trash)
+                    return what
+        raise AtlasError(f"'{run_id}': no such run in {self.root} (see 'atlas runs' and 'atlas runs --unfinished')")
 
     def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
         row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()

@@ -271,8 +271,18 @@ def ingest(
         raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
     settings = Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples)
     run_id = run_id_for(corpus, lm, settings)
+    if (store.data / run_id).is_dir():
+        return IngestResult(run_id, True, 0, 0, 0)
+    with store.writing():  # one writer per store for the whole ingest; a second one is refused at once
+        return _stage_and_publish(corpus, store, lm, settings, run_id, progress)
+
+
+def _stage_and_publish(
+    corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settings, run_id: str, progress: bool
+) -> IngestResult:
+    max_length = settings.max_length
     final = store.data / run_id
-    if final.is_dir():
+    if final.is_dir():  # published by another process before this one took the lock
         return IngestResult(run_id, True, 0, 0, 0)
     created = not store.exists()
     store.create()
@@ -325,6 +335,5 @@ def ingest(
             write_parquet(to_table(name, {}, 0), staging / name / "part-00000.parquet")
     shutil.rmtree(staging / "done")
     final.parent.mkdir(parents=True, exist_ok=True)
-    staging.rename(final)
-    store.refresh_views()
+    staging.rename(final)  # the views read data/*/<table>/*.parquet: the run is visible from here on
     return IngestResult(run_id, False, totals["examples"], totals["skipped"], totals["edges"])

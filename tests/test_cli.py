@@ -3,7 +3,9 @@ in the DuckDB CLI; SQL is read-only; export; the catalogue resolves phrases."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
@@ -13,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from atlas.store import Store
 from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
@@ -182,7 +185,8 @@ def test_query_parameters_are_bound_not_pasted(store_dir):
     result = atlas("query", "syntax heads", "--store", str(store_dir), "--run", "x' OR '1'='1")
     assert result.exit_code == 1 and "no such run" in result.output
     few = atlas("query", "syntax heads", "--store", str(store_dir), "--param", "min_count=1000", "--format", "csv")
-    assert few.exit_code == 0 and len(few.stdout.strip().splitlines()) == 1  # header only
+    assert few.exit_code == 0
+    assert [line for line in few.stdout.strip().splitlines()[1:] if not line.startswith("all")] == []
 
 
 def test_queries_lists_the_catalogue():
@@ -198,3 +202,132 @@ def test_plot_writes_a_png_for_each_figure_kind(store_dir, tmp_path):
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
     result = atlas("plot", "best head per dependency relation", "--store", str(store_dir), "--out", str(out))
     assert result.exit_code == 1 and "has no figure" in result.output
+
+
+def test_sql_lists_and_every_format(store_dir, tmp_path):
+    base = ("sql", "SELECT example_id, sent_ids, NULL AS nothing FROM examples ORDER BY 1", "--store", str(store_dir))
+    csv_out = atlas(*base, "--format", "csv").stdout.splitlines()
+    assert csv_out[0] == "example_id,sent_ids,nothing" and csv_out[1].startswith('0,"[""') and csv_out[1].endswith(",")
+    rows = json.loads(atlas(*base, "--format", "json").stdout)
+    assert len(rows) == 12 and isinstance(rows[0]["sent_ids"], list) and rows[0]["nothing"] is None
+    table = atlas(*base).stdout
+    assert '["' in table and "null" not in table and "None" not in table
+    out = tmp_path / "x.parquet"  # the format from the file name
+    assert atlas(*base, "--out", str(out)).exit_code == 0
+    assert pq.read_table(out).column("sent_ids").type.value_type == "string"
+    bad = atlas(*base, "--format", "csv", "--out", str(tmp_path / "y.parquet"))
+    assert bad.exit_code == 1 and "the name says parquet but --format is csv" in bad.output
+    missing = atlas(*base, "--out", str(tmp_path / "no" / "such" / "x.csv"))
+    assert missing.exit_code == 1 and f"the folder '{tmp_path / 'no' / 'such'}' does not exist" in missing.output
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_sql_from_a_file_from_stdin_and_beginning_with_a_comment(store_dir, tmp_path):
+    text = "-- how many inputs\nSELECT count(*) AS n FROM examples"
+    (tmp_path / "q.sql").write_text(text)
+    for args, stdin in (((text,), None), (("-f", str(tmp_path / "q.sql")), None), (("-",), text)):
+        result = CliRunner().invoke(cli, ["sql", *args, "--store", str(store_dir), "--format", "csv"], input=stdin)
+        assert result.exit_code == 0 and result.stdout.split() == ["n", "12"], (args, result.output)
+    result = atlas("sql", "--fromat", "--store", str(store_dir))
+    assert result.exit_code == 1 and "no such option --fromat" in result.output
+
+
+def test_runs_tell_runs_apart_and_refuse_parquet(store_dir):
+    result = atlas("runs", "--store", str(store_dir), "--format", "csv")
+    header, row = result.stdout.splitlines()[:2]
+    assert "weights" in header and "max_length" in header and "kept_mass" in header and "pretrained" in row
+    result = atlas("runs", "--store", str(store_dir), "--format", "parquet")
+    assert result.exit_code == 2 and "'parquet' is not one of" in result.output
+
+
+def test_unknown_run_ids_are_refused_everywhere(store_dir, tmp_path):
+    runs = ("query", "coreference heads", "--store", str(store_dir))
+    for args, option in (
+        (("--param", "select_run=nope"), "--param select_run 'nope'"),
+        (("--run", "nope"), "--run 'nope'"),
+    ):
+        result = atlas(*runs, *args)
+        assert result.exit_code == 1 and f"{option}: no such run" in result.output, result.output
+    run_id = Store(store_dir).run_ids()[0]
+    for params in (("base=nope", f"tuned={run_id}"), (f"base={run_id}", "tuned=nope")):
+        result = atlas(
+            "query", "fine-tuning change", "--store", str(store_dir), "--param", params[0], "--param", params[1]
+        )
+        assert result.exit_code == 1 and "'nope': no such run" in result.output, result.output
+    result = atlas("export", "--out", str(tmp_path / "x"), "--run", "nope", "--store", str(store_dir))
+    assert result.exit_code == 1 and "--run 'nope': no such run" in result.output and not (tmp_path / "x").exists()
+    result = atlas("query", "special tokens", "--store", str(store_dir), "--run", run_id, "--run", run_id)
+    assert result.exit_code == 2 and "given 2 times" in result.output
+
+
+def test_entries_say_what_to_run_first(store_dir):
+    run_id = Store(store_dir).run_ids()[0]
+    for phrase, message in (
+        ("head distances", f"run 'atlas distances --run {run_id}' first"),
+        ("probe results", "run 'atlas probe --train RUN --eval RUN' first"),
+        ("pattern shares", "run 'atlas patterns --run RUN' first"),
+        ("coreference heads", "has no coreference mentions"),
+        ("frame heads", "ingest FrameNet exemplars with --format framenet"),
+        ("glue baselines", "run 'atlas finetune' first"),
+    ):
+        result = atlas("query", phrase, "--store", str(store_dir))
+        assert result.exit_code == 1 and message in result.output and len(result.output.splitlines()) == 1, phrase
+    result = atlas("query", "sep to sep", "--store", str(store_dir), "--format", "csv")
+    assert result.exit_code == 0 and "note: run" in result.stderr and "has no two-segment inputs" in result.stderr
+
+
+def test_the_title_names_the_run_model_and_corpus(store_dir, tmp_path):
+    run_id = Store(store_dir).run_ids()[0]
+    result = atlas("query", "special tokens", "--store", str(store_dir), "--format", "csv")
+    title = result.stderr.splitlines()[0]
+    assert title.startswith("special tokens (Clark et al.") and f"run {run_id} (model all-MiniLM-L6-v2" in title
+    assert "corpus tiny.conllu" in title
+    for suffix, magic in ((".svg", b"<?xml"), (".pdf", b"%PDF")):
+        out = tmp_path / f"f{suffix}"
+        result = atlas("plot", "special tokens", "--store", str(store_dir), "--out", str(out))
+        assert result.exit_code == 0 and out.read_bytes().startswith(magic), result.output
+    assert run_id.encode() in (tmp_path / "f.svg").read_bytes() or b"tiny.conllu" in (tmp_path / "f.svg").read_bytes()
+    result = atlas("plot", "special tokens", "--store", str(store_dir), "--out", str(tmp_path / "f.gif"))
+    assert result.exit_code == 1 and ".png, .pdf, .svg" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--seed", "3"), "--seed: seeds --random-init's weights"),
+        (("--dense", "--kept-mass", "0.5"), "--kept-mass: --dense keeps every weight"),
+        (("--task", "SST-2"), "--task: names the GLUE task of a --format glue file"),
+    ],
+)
+def test_misused_ingest_options_are_refused(store_dir, args, message):
+    before = snapshot(store_dir)
+    corpus = store_dir.parent / "tiny.conllu"
+    result = atlas("ingest", "--corpus", str(corpus), "--store", str(store_dir), "--quiet", *args)
+    assert result.exit_code == 1 and message in result.output and len(result.output.splitlines()) == 1
+    assert snapshot(store_dir) == before
+
+
+def test_corpus_folder_and_compressed_corpus(store_dir, tmp_path):
+    result = atlas("ingest", "--corpus", str(tmp_path), "--store", str(store_dir))
+    assert result.exit_code == 1 and "is a folder; name the corpus file" in result.output
+    packed = tmp_path / "c.conllu.gz"
+    packed.write_bytes(gzip.compress((store_dir.parent / "tiny.conllu").read_bytes()))
+    result = atlas("ingest", "--corpus", str(packed), "--store", str(store_dir))
+    assert result.exit_code == 1 and "is gzip-compressed; decompress it first" in result.output
+
+
+def test_rm_and_unfinished_runs(store_dir, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(store_dir, copy)
+    run_id = Store(copy).run_ids()[0]
+    (copy / ".staging" / "interrupted__x__123" / "done").mkdir(parents=True)
+    listed = atlas("runs", "--unfinished", "--store", str(copy), "--format", "csv")
+    assert listed.stdout.split() == ["unfinished_run", "interrupted__x__123"]
+    assert atlas("rm", "interrupted__x__123", "--store", str(copy)).exit_code == 0
+    assert atlas("runs", "--unfinished", "--store", str(copy), "--format", "csv").stdout.split() == ["unfinished_run"]
+    result = atlas("rm", run_id, "--store", str(copy))
+    assert result.exit_code == 0 and f"removed run {run_id}" in result.output
+    assert atlas("sql", "SELECT count(*) FROM tokens", "--store", str(copy), "--format", "csv").stdout.split()[1] == "0"
+    assert not (copy / "data" / run_id).exists() and not list(copy.glob(".trash-*"))
+    result = atlas("rm", run_id, "--store", str(copy))
+    assert result.exit_code == 1 and f"'{run_id}': no such run" in result.output
