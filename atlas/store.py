@@ -148,12 +148,15 @@ class Store:
     def writing(self, wait: bool = False) -> Iterator[None]:
         """Hold the store's writer lock (re-entrant within a process). ``wait``: block until the holder is
         done (saying so on stderr) instead of failing with its pid."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        key = self.lock_file.resolve()
+        key = self.lock_file.absolute()
         if key in _HELD:
             yield
             return
-        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise AtlasError(f"--store '{self.root}': cannot write to this store ({exc.strerror})") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

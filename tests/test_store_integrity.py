@@ -1,0 +1,199 @@
+"""What the store promises: a copy reads its own files from any working directory (atlas and the DuckDB
+CLI alike), a read-only store answers every query and is left byte-identical, one process writes at a
+time, and publishing a run while another process holds the database neither fails nor disagrees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from atlas.catalogue import entries
+from atlas.store import Store, table_schemas
+from cli import cli
+from tests.conftest import EWT_SAMPLE, cut_conllu
+
+ROOT = Path(__file__).resolve().parent.parent
+DUCKDB_CLI = shutil.which("duckdb", path=str(Path(sys.executable).parent)) or shutil.which("duckdb")
+
+
+def atlas(*args: str):
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def state(root: Path) -> dict[str, tuple]:
+    """Every path under root with its bytes and modification time (a folder: its mtime)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        info = p.stat()
+        out[str(p.relative_to(root))] = (p.read_bytes() if p.is_file() else b"", info.st_mtime_ns)
+    return out
+
+
+def duckdb_cli(db: str, sql: str, cwd: Path, *, user: list[str] | None = None) -> str:
+    done = subprocess.run(
+        [*(user or []), DUCKDB_CLI, db, "-readonly", "-csv", "-noheader", "-c", sql],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("integrity") / "store"
+    corpus = cut_conllu(EWT_SAMPLE, 8, root.parent / "eight.conllu")
+    assert atlas("ingest", "--corpus", str(corpus), "--store", str(root), "--quiet").exit_code == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def n_tokens(store_dir) -> int:
+    return Store(store_dir).connect().execute("SELECT count(*) FROM tokens").fetchone()[0]
+
+
+def test_views_hold_no_absolute_path(store_dir):
+    sql = " ".join(r[0] for r in Store(store_dir).connect().execute("SELECT sql FROM duckdb_views()").fetchall())
+    assert str(store_dir) not in sql and str(store_dir.resolve()) not in sql and "data/*/tokens/*.parquet" in sql
+
+
+def test_a_copy_reads_its_own_files_from_any_directory(store_dir, n_tokens, tmp_path):
+    original = tmp_path / "original"
+    shutil.copytree(store_dir, original)
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy)
+    shutil.rmtree(original)  # a copy that still read the original would now fail or count nothing
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    sql = "SELECT count(*) FROM tokens"
+    assert duckdb_cli(str(copy / "atlas.duckdb"), sql, elsewhere) == str(n_tokens)
+    assert duckdb_cli("copy/atlas.duckdb", sql, tmp_path) == str(n_tokens)
+    assert duckdb_cli("atlas.duckdb", sql, copy) == str(n_tokens)
+    result = atlas("sql", sql, "--store", str(copy), "--format", "csv")
+    assert result.exit_code == 0 and result.stdout.split()[1] == str(n_tokens)
+
+
+def _read_only_tree(root: Path) -> None:
+    for p in [root, *root.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+@pytest.fixture
+def read_only_copy(store_dir) -> Iterator[Path]:
+    """A copy of the store with no write permission anywhere, in a folder every user can read."""
+    parent = Path(tempfile.mkdtemp(prefix="atlas-ro-"))
+    parent.chmod(0o755)
+    copy = parent / "store"
+    shutil.copytree(store_dir, copy)
+    for p in [copy, *copy.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    _read_only_tree(copy)
+    yield copy
+    for p in [copy, *copy.rglob("*")]:
+        p.chmod(p.stat().st_mode | stat.S_IWUSR)
+    shutil.rmtree(parent)
+
+
+def test_a_read_only_store_answers_every_query_and_is_left_as_it_was(read_only_copy, n_tokens):
+    before = state(read_only_copy)
+    for name in table_schemas():
+        result = atlas("sql", f"SELECT count(*) AS n FROM {name}", "--store", str(read_only_copy), "--format", "csv")
+        assert result.exit_code == 0, (name, result.output)
+    for entry in entries():
+        params = ("--param", "base=x", "--param", "tuned=x") if entry.name == "fine-tuning change" else ()
+        result = atlas("query", entry.name, "--store", str(read_only_copy), "--format", "csv", *params)
+        # an answer, or a one-line refusal about the store's content: never a failure to open or write
+        assert result.exit_code in (0, 1), (entry.name, result.output)
+        assert "cannot open" not in result.output and "read-only" not in result.output.lower(), result.output
+        assert "Permission" not in result.output and "Traceback" not in result.output, result.output
+    assert duckdb_cli(str(read_only_copy / "atlas.duckdb"), "SELECT count(*) FROM tokens", ROOT) == str(n_tokens)
+    if os.geteuid() == 0 and shutil.which("setpriv"):  # root writes through permissions: also try as nobody
+        nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+        db = str(read_only_copy / "atlas.duckdb")
+        assert duckdb_cli(db, "SELECT count(*) FROM tokens", Path("/"), user=nobody) == str(n_tokens)
+        done = subprocess.run(
+            [*nobody, sys.executable, "-m", "cli", "sql", "SELECT count(*) AS n FROM words", "--store",
+             str(read_only_copy), "--format", "csv"],
+            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )  # fmt: skip
+        assert done.returncode == 0 and int(done.stdout.split()[1]) > 0, done.stderr
+        run_id = Store(read_only_copy).run_ids()[0]
+        done = subprocess.run(
+            [*nobody, sys.executable, "-m", "cli", "rm", run_id, "--store", str(read_only_copy)],
+            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        )  # fmt: skip
+        assert done.returncode == 1 and "cannot write to this store (Permission denied)" in done.stderr, done.stderr
+    assert state(read_only_copy) == before
+
+
+HOLD_LOCK = """
+import sys
+from pathlib import Path
+from atlas.store import Store
+with Store(Path(sys.argv[1])).writing():
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+HOLD_CONNECTION = """
+import sys
+import duckdb
+con = duckdb.connect(sys.argv[1], read_only=True)
+print(con.execute("SELECT count(*) FROM runs").fetchone()[0], flush=True)
+sys.stdin.readline()
+print(con.execute("SELECT count(*) FROM runs").fetchone()[0], flush=True)
+"""
+
+
+def _hold(script: str, arg: str) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, arg], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    proc.first_line = proc.stdout.readline().strip()
+    return proc
+
+
+def test_one_writer_at_a_time_readers_never_wait(store_dir, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store_dir, copy)
+    corpus = cut_conllu(EWT_SAMPLE, 3, tmp_path / "three.conllu")
+    holder = _hold(HOLD_LOCK, str(copy))
+    try:
+        assert holder.first_line == "held"
+        before = state(copy)
+        result = atlas("ingest", "--corpus", str(corpus), "--store", str(copy), "--quiet")
+        assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1
+        assert f"another atlas process is writing to this store (pid {holder.pid})" in result.output
+        assert atlas("rm", Store(copy).run_ids()[0], "--store", str(copy)).exit_code == 1
+        assert atlas("sql", "SELECT count(*) FROM runs", "--store", str(copy)).exit_code == 0  # readers go on
+        assert state(copy) == before
+    finally:
+        holder.communicate("")
+    result = atlas("ingest", "--corpus", str(corpus), "--store", str(copy), "--quiet")
+    assert result.exit_code == 0, result.output
+
+
+def test_publishing_while_another_process_holds_the_database(store_dir, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store_dir, copy)
+    corpus = cut_conllu(EWT_SAMPLE, 4, tmp_path / "four.conllu")
+    reader = _hold(HOLD_CONNECTION, str(copy / "atlas.duckdb"))
+    try:
+        assert reader.first_line == "1"
+        result = atlas("ingest", "--corpus", str(corpus), "--store", str(copy), "--quiet")
+        assert result.exit_code == 0, result.output  # nothing to write in atlas.duckdb: no 'Could not set lock'
+        seen, _ = reader.communicate("\n")
+    finally:
+        reader.kill()
+    assert seen.strip() == "2"  # the other process's open connection sees the new run at once
+    assert len(Store(copy).run_ids()) == 2
