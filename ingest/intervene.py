@@ -22,7 +22,7 @@ import torch
 @dataclass
 class Intervention:
     uniform: dict[int, list[int]] = field(default_factory=dict)  # layer -> heads made uniform
-    gates: torch.Tensor | None = None  # [layers, heads], or [batch, layers, heads] (one set per example)
+    gates: torch.Tensor | None = None  # [layers, heads], or [batch, layers, heads, q] (one per example and token)
     keep: bool = False
     kept: list[torch.Tensor] = field(default_factory=list)  # per layer when keep: [batch, heads, q, k]
 
@@ -69,8 +69,9 @@ def gate(module: torch.nn.Module, output: torch.Tensor) -> torch.Tensor:
     if _active is None or _active.gates is None:
         return output
     gates = _active.gates
-    per_head = gates[:, _layer(module)] if gates.dim() == 3 else gates[_layer(module)][None]  # [batch | 1, heads]
-    return output * per_head[:, :, None, None].to(output.dtype)
+    if gates.dim() == 4:  # [batch, layers, heads, q]
+        return output * gates[:, _layer(module), :, :, None].to(output.dtype)
+    return output * gates[_layer(module)][None, :, None, None].to(output.dtype)
 
 
 def _layer(module: torch.nn.Module) -> int:

@@ -3,7 +3,9 @@
 -- paper: Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT", Section 4.3, Table 1
 -- description: Dev-set metrics of each task model recorded by 'atlas finetune': pre-trained without
 --   fine-tuning (epochs 0: the task head keeps its seeded initial weights), random init + fine-tuning,
---   pre-trained + fine-tuning; with the training examples and epochs used. One row per model and metric.
+--   pre-trained + fine-tuning; with the training examples and epochs used (by default the whole training
+--   set, 3 epochs, learning rate 2e-5 with 10 % warm-up, batch 32: Michel et al.'s prepare_task.sh). One row
+--   per model and metric.
 -- parameters:
 -- plot:
 

@@ -1,9 +1,11 @@
 -- name: head importance
 -- aliases: michel importance, importance scores, gate gradients, michel et al
 -- paper: Michel et al. 2019, "Are Sixteen Heads Really Better than One?", Section 4.1
--- description: Per head of a task model: I_h = mean over dev examples of |d loss / d xi_h|, xi_h a gate
---   on the head's output (1 = on), and I_h divided by the l2 norm of its layer's scores (the
---   normalisation used for pruning). Run 'atlas importance' first.
+-- description: Per head of a task model, as Michel et al.'s released code computes it over the training
+--   examples (n_train_examples of them, batches of 32): the sum over examples and tokens of
+--   |<d loss / d ctx_t, ctx_t>|, ctx_t the head's context vector at token t and the loss the batch mean,
+--   divided by the number of real tokens (last layer: by the number of examples); and that score divided
+--   by the l2 norm of its layer's scores (the normalisation used for pruning). Run 'atlas importance' first.
 -- parameters:
 --   task: GLUE task (default: SST-2)
 --   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
@@ -18,7 +20,8 @@ WITH chosen AS (
 )
 SELECT run_id AS model_run, layer + 1 AS layer, head + 1 AS head,
        max(value) FILTER (WHERE metric = 'importance') AS importance,
-       max(value) FILTER (WHERE metric = 'importance_normalised') AS importance_normalised
+       max(value) FILTER (WHERE metric = 'importance_normalised') AS importance_normalised,
+       max(value) FILTER (WHERE metric = 'n_train_examples')::INTEGER AS n_train_examples
 FROM head_scores
 WHERE analysis = 'head importance' AND run_id = (SELECT run_id FROM chosen)
 GROUP BY run_id, layer, head

@@ -1,11 +1,12 @@
 -- name: pruning curve
 -- aliases: head pruning, prune heads, michel figure 3, all heads but one
 -- paper: Michel et al. 2019, "Are Sixteen Heads Really Better than One?", Section 4, Figure 3; Table 2
--- description: The task metric as heads are masked in order of normalised importance, least
---   important first, in steps of 5 % of all heads (kind 'pruned'); and, per layer, the best and worst
---   result when all heads of that layer but one are masked (kind 'all_but_one', Table 2), against the
---   baseline. Headline metric of each task. Run 'atlas importance' first. With several models of one
---   task in the store, name one with model_run (the figure draws one line per task).
+-- description: The dev-set metric (n_dev examples) as heads are masked in order of normalised importance
+--   (computed once, on the training set), least important first: int(K p / 100) of the K heads at
+--   p = 5, 10, ..., 100 % (kind 'pruned'); and, per layer, the best and worst result when all heads of
+--   that layer but one are masked (kind 'all_but_one', Table 2), against the baseline. Headline metric
+--   of each task. Run 'atlas importance' first. With several models of one task in the store, name one
+--   with model_run (the figure draws one line per task).
 -- parameters:
 --   model_run: task model run id, empty for every model (default: )
 -- plot: curve pruned_share value task
@@ -16,14 +17,14 @@ WITH a AS (
 )
 SELECT task, run_id AS model_run, kind, pruned_share, NULL::INTEGER AS layer,
        NULL::VARCHAR AS best_kept_head, value, NULL::DOUBLE AS worst_value, NULL::VARCHAR AS worst_kept_head,
-       metric, baseline, delta
+       metric, baseline, delta, n_examples AS n_dev
 FROM a
 WHERE kind = 'pruned'
 UNION ALL
 SELECT task, run_id, kind, NULL, layer + 1,
        arg_max(concat(layer + 1, '-', head + 1), value), max(value),
        min(value), arg_min(concat(layer + 1, '-', head + 1), value),
-       metric, any_value(baseline), max(value) - any_value(baseline)
+       metric, any_value(baseline), max(value) - any_value(baseline), any_value(n_examples)
 FROM a
 WHERE kind = 'all_but_one'
 GROUP BY task, run_id, kind, layer, metric

@@ -18,8 +18,9 @@ from atlas.errors import AtlasError
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
 from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_task_model
+from atlas.tasks.finetune import BertAdam, TrainSettings, subset, train, warmup_linear
 from atlas.tasks.glue import TASKS, load_split, metrics, read_tsv, task_spec
-from atlas.tasks.importance import example_losses, head_importance, pruning_and_single_heads
+from atlas.tasks.importance import example_losses, head_importance, normalise, pruned_counts, pruning_and_single_heads
 from cli import cli
 from ingest.intervene import Intervention, intervening
 from ingest.model import default_model_path, recording
@@ -122,35 +123,191 @@ def test_reused_sweep_skips_the_lower_layers(tiny):
             hook.remove()
 
 
-def test_importance_matches_finite_differences(tiny):
-    tm, batches = _model(tiny)
+def released_importance(tm, batches) -> np.ndarray:
+    """classifier_eval.py's calculate_head_importance, on a copy of the model run with transformers' own eager
+    attention: per batch the mean loss, backward, then for every example, token and head |<dL/dctx_t, ctx_t>|
+    by loops; layers but the last divided by the real tokens, the last by the examples; l2 per layer."""
+    model = copy.deepcopy(tm.lm.model)
+    model.config._attn_implementation = "eager"
+    model.requires_grad_(True)
+    layers = encoder_layers(model, N_LAYERS)
+    total = np.zeros((N_LAYERS, N_HEADS))
+    tot_tokens = n = 0
+    for batch in batches:
+        contexts: list[torch.Tensor] = []
+
+        def keep(_module, _args, out, contexts=contexts):
+            out[0].retain_grad()
+            contexts.append(out[0])
+
+        hooks = [layer.attention.self.register_forward_hook(keep) for layer in layers]
+        logits = model(**batch.inputs).logits
+        for hook in hooks:
+            hook.remove()
+        if tm.spec.labels is None:
+            loss = torch.nn.functional.mse_loss(logits[:, 0], batch.labels.to(logits.dtype))
+        else:
+            loss = torch.nn.functional.cross_entropy(logits, batch.labels)
+        loss.backward()
+        for layer, ctx in enumerate(contexts):
+            size, length, width = ctx.shape
+            c = ctx.detach().reshape(size, length, N_HEADS, width // N_HEADS)
+            g = ctx.grad.reshape(size, length, N_HEADS, width // N_HEADS)
+            for b in range(size):
+                for t in range(length):
+                    for h in range(N_HEADS):
+                        total[layer, h] += abs(float((g[b, t, h] * c[b, t, h]).sum()))
+        tot_tokens += int(batch.inputs["attention_mask"].sum())
+        n += size
+    total[:-1] /= tot_tokens
+    total[-1] /= n
+    return total / (np.sqrt((total**2).sum(axis=1, keepdims=True)) + 1e-20)
+
+
+@pytest.mark.parametrize("task", ["RTE", "STS-B"])
+def test_importance_equals_the_released_procedure(tiny, task):
+    tm, _ = _model(tiny, task)
     tm.lm.model.double()
-    importance = head_importance(tm, batches)
-    eps = 1e-4
-    for layer, head in [(0, 1), (2, 3)]:
-        grads = []
-        for batch in batches:
-            losses = []
-            for sign in (1, -1):
-                gates = torch.ones(N_LAYERS, N_HEADS, dtype=torch.float64)
-                gates[layer, head] += sign * eps
-                with torch.no_grad(), intervening(Intervention(gates=gates)):
-                    losses.append(example_losses(tm, tm.lm.model(**batch.inputs).logits, batch.labels))
-            grads.append(((losses[0] - losses[1]) / (2 * eps)).abs())
-        assert importance[layer, head] == pytest.approx(torch.cat(grads).mean().item(), rel=1e-4)
+    batches = encode(tm, load_split(tm.spec, str(GLUE / task), "train").head(24), batch_size=10)  # 10, 10, 4
+    raw, n = head_importance(tm, batches)
+    assert n == 24
+    expected = released_importance(tm, batches)
+    assert normalise(raw) == pytest.approx(expected, rel=1e-6)
+    # the per-token absolute value is not the absolute value of the gate's gradient per example
+    per_example = np.zeros((N_LAYERS, N_HEADS))
+    for batch in batches:
+        gates = torch.ones(N_LAYERS, N_HEADS, dtype=torch.float64, requires_grad=True)
+        with intervening(Intervention(gates=gates)):
+            loss = example_losses(tm, tm.lm.model(**batch.inputs).logits, batch.labels)
+        for value in loss:
+            (grad,) = torch.autograd.grad(value, gates, retain_graph=True)
+            per_example += grad.abs().numpy()
+    assert np.abs(normalise(per_example) - expected).max() > 1e-3
 
 
-def test_pruning_all_heads_equals_masking_every_head(tiny):
-    tm, batches = _model(tiny)
+def released_pruning_sequence(importance: np.ndarray) -> list[set[tuple[int, int]]]:
+    """pruning.py: determine_pruning_sequence for --prune_percent 5 10 ... 100, then what_to_prune step by step
+    (heads sorted by score, the lowest not yet pruned added), importance computed once."""
+    n_layers, n_heads = importance.shape
+    all_n = sorted(int(n_heads * n_layers * p / 100) for p in [float(x) for x in range(5, 101, 5)])
+    sequence = [all_n[0]] + [all_n[i] - all_n[i - 1] for i in range(1, len(all_n))]
+    ranked = sorted(
+        [((layer, head), importance[layer, head]) for layer in range(n_layers) for head in range(n_heads)],
+        key=lambda x: x[1],
+    )
+    pruned: set[tuple[int, int]] = set()
+    out = []
+    for n_to_prune in sequence:
+        pruned |= set([h for h, _ in ranked if h not in pruned][:n_to_prune])
+        out.append(set(pruned))
+    return out
+
+
+def test_pruning_steps_and_order_follow_the_released_code(tiny):
+    assert pruned_counts(72)[:4] == [0, 3, 7, 10]  # int(72 p / 100): 3 heads at 5 %, not round(3.6) = 4
+    assert [len(s) for s in released_pruning_sequence(np.zeros((6, 12)))] == pruned_counts(72)[1:]
+    tm, batches = _model(tiny, "STS-B")
     normalised = np.random.default_rng(0).random((N_LAYERS, N_HEADS))
     baseline, rows = pruning_and_single_heads(tm, batches, normalised)
     pruned = [r for r in rows if r["kind"] == "pruned"]
-    assert [r["pruned_share"] for r in pruned] == [i / 12 for i in range(13)]  # 5 % steps of 12 heads
+    assert [r["pruned_share"] for r in pruned] == [i / 12 for i in range(13)]  # K = 12: every count once
     assert pruned[0]["metrics"] == baseline
+    # independent masking: zero the output projection's columns that read each pruned head
+    width = tm.lm.model.config.hidden_size // N_HEADS
+    expected = {}
+    for heads in released_pruning_sequence(normalised):
+        edited = copy.deepcopy(tm.lm.model)
+        with torch.no_grad():
+            for layer, head in heads:
+                dense = edited.base_model.encoder.layer[layer].attention.output.dense
+                dense.weight[:, head * width : (head + 1) * width] = 0.0
+            preds = torch.cat([edited(**b.inputs).logits[:, 0] for b in batches]).numpy()
+        expected[len(heads) / 12] = metrics(tm.spec, preds, torch.cat([b.labels for b in batches]).numpy())
+    assert sorted(expected) == [i / 12 for i in range(13)]  # 5 % of 12 heads is int(0.6) = 0 heads
+    for row in pruned[1:]:
+        got, want = row["metrics"], expected[row["pruned_share"]]
+        assert got == pytest.approx(want, rel=1e-5, nan_ok=True), row["pruned_share"]
+    assert len({round(r["metrics"]["pearson"], 6) for r in pruned[:-1]}) > 6  # the steps differ
     gates = torch.zeros(N_LAYERS, N_HEADS)
     (all_off,) = evaluate_many(tm, batches, [(0, Intervention(gates=gates))])
-    assert pruned[-1]["metrics"] == all_off
+    assert pruned[-1]["metrics"] == pytest.approx(all_off, nan_ok=True)
     assert len([r for r in rows if r["kind"] == "all_but_one"]) == N_LAYERS * N_HEADS
+
+
+def released_bert_adam(groups: list[dict], lr: float, t_total: int, warmup: float):
+    """pytorch_pretrained_bert/optimization.py BertAdam.step, line by line (one schedule, as the optimiser's own)."""
+    state: dict = {}
+
+    def step() -> None:
+        for group in groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                grad = p.grad.data
+                st = state.setdefault(p, {"step": 0, "next_m": torch.zeros_like(p), "next_v": torch.zeros_like(p)})
+                torch.nn.utils.clip_grad_norm_(p, 1.0)
+                st["next_m"].mul_(0.9).add_(grad, alpha=1 - 0.9)
+                st["next_v"].mul_(0.999).addcmul_(grad, grad, value=1 - 0.999)
+                update = st["next_m"] / (st["next_v"].sqrt() + 1e-6)
+                if group["weight_decay"] > 0.0:
+                    decay_shift = group["weight_decay"] * p.data
+                    decay_shift.masked_fill_(grad.eq(0), 0.0)
+                    update += decay_shift
+                x = st["step"] / t_total
+                lr_scheduled = lr * (x / warmup if x < warmup else 1.0 - x)
+                p.data.add_(-lr_scheduled * update)
+                st["step"] += 1
+
+    return step
+
+
+def test_optimiser_is_the_released_bert_adam(tiny):
+    tm, batches = _model(tiny)
+    models = [copy.deepcopy(tm.lm.model) for _ in range(2)]
+
+    def grouped(model):
+        named = list(model.named_parameters())
+        no_decay = ["bias", "LayerNorm.bias", "LayerNorm.weight"]  # run_classifier.py
+        return [
+            {"params": [p for n, p in named if not any(nd in n for nd in no_decay)], "weight_decay": 0.01},
+            {"params": [p for n, p in named if any(nd in n for nd in no_decay)], "weight_decay": 0.0},
+        ]
+
+    ours = BertAdam(grouped(models[0]), 1e-3, total=6, warmup=0.3)
+    reference = released_bert_adam(grouped(models[1]), 1e-3, t_total=6, warmup=0.3)
+    for step in range(6):
+        for model, do_step in ((models[0], ours.step), (models[1], reference)):
+            model.zero_grad()
+            batch = batches[step % len(batches)]
+            model(**batch.inputs, labels=batch.labels).loss.backward()
+            do_step()
+        for (name, a), b in zip(models[0].named_parameters(), models[1].parameters(), strict=True):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), (step, name)
+    changed = [not torch.equal(a, b) for a, b in zip(models[0].parameters(), tm.lm.model.parameters(), strict=True)]
+    assert all(changed)
+    assert [warmup_linear(x, 0.1) for x in (0.0, 0.05, 0.1, 0.5)] == [0.0, 0.5, 0.9, 0.5]
+
+
+def test_training_defaults_are_the_papers():
+    settings = TrainSettings()
+    assert (settings.epochs, settings.train_limit, settings.learning_rate, settings.warmup) == (3, None, 2e-5, 0.1)
+    assert (settings.batch_size, settings.max_length) == (32, 128)
+
+
+def test_training_draws_every_example_once_per_epoch(tiny, monkeypatch):
+    tm, _ = _model(tiny)
+    seen: list[list[str]] = []
+    real = encode
+
+    def spy(tm_, examples, batch_size=32, max_length=128):
+        seen.append(list(examples.text_a))
+        return real(tm_, examples, batch_size, max_length)
+
+    monkeypatch.setattr("atlas.tasks.finetune.encode", spy)
+    train_set = load_split(tm.spec, str(GLUE / "RTE"), "train")
+    assert train(tm, train_set, TrainSettings(epochs=2, train_limit=50), progress=False) == 50
+    assert len(seen) == 2 and seen[0] != seen[1]  # a new order every epoch
+    assert sorted(seen[0]) == sorted(seen[1]) == sorted(subset(train_set, 50, 0).text_a)
 
 
 def test_glue_readers_read_every_sample_format():
@@ -194,28 +351,27 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
     runner = CliRunner()
     store, ckpt = tmp_path / "store", tmp_path / "ckpt"
     common = ["--task", "RTE", "--data", str(GLUE / "RTE"), "--store", str(store), "--dev-limit", "16"]
-    result = runner.invoke(
-        cli,
-        [
-            "finetune",
-            "--model",
-            str(tiny),
-            "--out",
-            str(ckpt),
-            "--epochs",
-            "1",
-            "--train-limit",
-            "32",
-            "--quiet",
-            *common,
-        ],
-    )
+    args = ["finetune", "--model", str(tiny), "--out", str(ckpt), "--epochs", "1", "--quiet", *common]
+    result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert (ckpt / "model.safetensors").is_file() and (ckpt / "atlas_task.json").is_file()
-    for command in (["ablate", "--method", "mask"], ["importance"]):
+    info = load_task_model(str(ckpt), task_spec("RTE")).info
+    assert info["n_train"] == 300 and info["learning_rate"] == 2e-5 and info["warmup"] == 0.1  # whole training set
+    for command in (["ablate", "--method", "mask"], ["importance", "--train-limit", "16"]):
         result = runner.invoke(cli, [*command, "--model", str(ckpt), *common])
         assert result.exit_code == 0, result.output
     con = Store(store).connect()
+    # importance from 16 training examples (seeded shuffle, batches of 32), the curve on 16 dev examples
+    entry = resolve("head importance")
+    scores = run_entry(con, entry, entry.bind({"task": "RTE"}))
+    assert set(scores["n_train_examples"]) == {16}
+    tm = load_task_model(str(ckpt), task_spec("RTE"))
+    train = subset(load_split(tm.spec, str(GLUE / "RTE"), "train"), 16, 0)
+    expected = released_importance(tm, encode(tm, train))
+    got = scores.sort(["layer", "head"])["importance_normalised"].to_numpy().reshape(N_LAYERS, N_HEADS)
+    assert got == pytest.approx(expected, rel=1e-4)
+    entry = resolve("pruning curve")
+    assert set(run_entry(con, entry, entry.bind({}))["n_dev"]) == {16}
     for name, params, rows in [
         ("glue baselines", {}, 1),
         ("head ablation", {"task": "RTE", "method": "mask"}, N_LAYERS * N_HEADS),

@@ -32,8 +32,15 @@ def _dev(spec, data: str, limit: int | None):
 @click.option("--random-init", is_flag=True, help="Fresh random encoder weights from the config (seeded).")
 @click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder.")
 @click.option("--epochs", default=3, show_default=True, type=click.IntRange(min=0), help="0: save without training.")
-@click.option("--train-limit", default=4000, show_default=True, type=click.IntRange(min=0), help="0: all.")
-@click.option("--learning-rate", default=5e-5, show_default=True, type=float)
+@click.option(
+    "--train-limit",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Train on the first N examples after a seeded shuffle (0: the whole training set).",
+)
+@click.option("--learning-rate", default=2e-5, show_default=True, type=float)
+@click.option("--warmup", default=0.1, show_default=True, type=click.FloatRange(0, 1, max_open=True))
 @click.option("--batch-size", default=32, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @limit_option
@@ -48,6 +55,7 @@ def finetune(
     epochs: int,
     train_limit: int,
     learning_rate: float,
+    warmup: float,
     batch_size: int,
     seed: int,
     dev_limit: int | None,
@@ -65,7 +73,7 @@ def finetune(
     check_out(out)
     train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec, random_init=random_init, seed=seed)
-    settings = TrainSettings(epochs, train_limit or None, learning_rate, batch_size, seed=seed)
+    settings = TrainSettings(epochs, train_limit or None, learning_rate, warmup, batch_size, seed=seed)
     info = run(tm, train_set, dev_set, settings, out, progress=not quiet)
     saved = load_task_model(str(out), spec)
     run_id = write_task_model(store_at(store_path), saved, info, out)
@@ -131,29 +139,50 @@ def ablate(
 @click.option("--model", required=True, help="A checkpoint of 'atlas finetune'.")
 @task_option
 @data_option
+@click.option(
+    "--train-limit",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Importance from the first N training examples after a seeded shuffle (0: the whole training set).",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the training examples' shuffle.")
 @limit_option
 @store_option
 @format_option
-def importance(model: str, task: str, data: str, dev_limit: int | None, store_path: str | None, fmt: str) -> None:
-    """Michel et al. head importance, the pruning curve and "all heads but one"; stored."""
+def importance(
+    model: str,
+    task: str,
+    data: str,
+    train_limit: int,
+    seed: int,
+    dev_limit: int | None,
+    store_path: str | None,
+    fmt: str,
+) -> None:
+    """Michel et al. head importance (training set), the pruning curve and "all heads but one" (dev set); stored."""
     from atlas.tasks.classifier import encode, load_task_model
-    from atlas.tasks.glue import task_spec
+    from atlas.tasks.finetune import subset
+    from atlas.tasks.glue import load_split, task_spec
     from atlas.tasks.importance import head_importance, normalise, pruning_and_single_heads
     from atlas.tasks.record import write_ablations, write_importance
 
     spec = task_spec(task)
-    dev = _dev(spec, data, dev_limit)
+    train_set, dev = subset(load_split(spec, data, "train"), train_limit or None, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
-    batches = encode(tm, dev)
-    raw = head_importance(tm, batches)
+    raw, n_train = head_importance(tm, encode(tm, train_set))
     store = store_at(store_path)
-    write_importance(store, tm, raw, normalise(raw))
-    baseline, rows = pruning_and_single_heads(tm, batches, normalise(raw))
+    write_importance(store, tm, raw, normalise(raw), n_train)
+    baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw))
     run_id = write_ablations(store, tm, "importance", "mask", rows, baseline, len(dev))
     main = spec.metrics[0]
     curve = [{"pruned_share": r["pruned_share"], main: r["metrics"][main]} for r in rows if r["kind"] == "pruned"]
     emit(pl.DataFrame(curve), fmt, None)
-    click.echo(f"run {run_id}: see 'atlas query \"head importance\"' and 'atlas query \"pruning curve\"'", err=True)
+    click.echo(
+        f"run {run_id}: importance from {n_train} training examples, scored on {len(dev)} dev examples; "
+        "see 'atlas query \"head importance\"' and 'atlas query \"pruning curve\"'",
+        err=True,
+    )
 
 
 @click.command()

@@ -1,10 +1,16 @@
-"""Fine-tuning a task model on CPU (Kovaleva et al. Table 1), saved as a safetensors checkpoint.
+"""Fine-tuning a task model on CPU, as Michel et al.'s released code does, saved as a safetensors checkpoint.
 
-Seeded: the task head's initial weights, a random init's encoder, the training subset (the first
-``train_limit`` examples after a seeded shuffle) and the batch order. AdamW with a linear decay of the
-learning rate. ``epochs=0`` saves the model as it is: the paper's "pre-trained, not fine-tuned" row.
-The checkpoint folder (weights, config, tokenizer and ``atlas_task.json`` with the training settings
-and dev metrics) is written under a temporary name and renamed into place.
+The settings of their ``prepare_task.sh`` (Kovaleva et al. cite the same, Devlin et al.'s): the whole
+training set, 3 epochs, batches of 32 drawn in a new random order every epoch, learning rate 2e-5,
+max length 128. The optimiser is the code's ``BertAdam`` (``pytorch_pretrained_bert/optimization.py``)
+with its ``warmup_linear`` schedule over the updates (warm-up 10 %, ``classifier_args.py``), weight
+decay 0.01 except on biases and LayerNorm weights, dropout on (``model.train()``).
+
+Seeded: the task head's initial weights, a random init's encoder, the training subset (``train_limit``:
+the first N examples after a seeded shuffle) and the batch order. ``epochs=0`` saves the model as it is:
+Kovaleva et al.'s "pre-trained, not fine-tuned" row. The checkpoint folder (weights, config, tokenizer
+and ``atlas_task.json`` with the training settings and dev metrics) is written under a temporary name
+and renamed into place.
 """
 
 from __future__ import annotations
@@ -22,18 +28,22 @@ from atlas.errors import AtlasError
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.glue import Examples
 
+NO_DECAY = ("bias", "LayerNorm.weight")  # run_classifier.py: no weight decay on these parameters
+
 
 @dataclass
 class TrainSettings:
     epochs: int = 3
-    train_limit: int | None = 4000  # None: the whole training set
-    learning_rate: float = 5e-5
+    train_limit: int | None = None  # None: the whole training set
+    learning_rate: float = 2e-5
+    warmup: float = 0.1  # share of the updates with a linearly rising learning rate
     batch_size: int = 32
     max_length: int = 128
     seed: int = 0
 
 
-def _subset(examples: Examples, n: int | None, seed: int) -> Examples:
+def subset(examples: Examples, n: int | None, seed: int) -> Examples:
+    """The first ``n`` examples (all when None) after a seeded shuffle."""
     order = np.random.default_rng(seed).permutation(len(examples))[: n or len(examples)]
     return Examples(
         [examples.text_a[i] for i in order],
@@ -42,36 +52,77 @@ def _subset(examples: Examples, n: int | None, seed: int) -> Examples:
     )
 
 
+def warmup_linear(x: float, warmup: float) -> float:
+    """The code's schedule at training progress x: rising to 1 over the warm-up, then 1 - x."""
+    return x / warmup if x < warmup else 1.0 - x
+
+
+class BertAdam(torch.optim.Optimizer):
+    """Adam without bias correction, eps 1e-6, each parameter's gradient clipped to norm 1, weight decay
+    added to the update (not where the gradient is 0); the learning rate of update i is
+    ``lr * warmup_linear(i / total, warmup)``."""
+
+    def __init__(self, groups: list[dict], lr: float, total: int, warmup: float) -> None:
+        super().__init__(groups, {"lr": lr, "weight_decay": 0.01})
+        self.total, self.warmup, self.updates = total, warmup, 0
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:
+        scale = warmup_linear(self.updates / self.total, self.warmup)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                torch.nn.utils.clip_grad_norm_(p, 1.0)
+                grad, state = p.grad, self.state[p]
+                if not state:
+                    state["m"], state["v"] = torch.zeros_like(p), torch.zeros_like(p)
+                state["m"].mul_(0.9).add_(grad, alpha=0.1)
+                state["v"].mul_(0.999).addcmul_(grad, grad, value=0.001)
+                update = state["m"] / (state["v"].sqrt() + 1e-6)
+                if group["weight_decay"] > 0:
+                    update += (group["weight_decay"] * p).masked_fill_(grad.eq(0), 0.0)
+                p.add_(update, alpha=-group["lr"] * scale)
+        self.updates += 1
+
+
+def optimiser(model: torch.nn.Module, settings: TrainSettings, total: int) -> BertAdam:
+    named = list(model.named_parameters())
+    groups = [
+        {"params": [p for n, p in named if not any(nd in n for nd in NO_DECAY)]},
+        {"params": [p for n, p in named if any(nd in n for nd in NO_DECAY)], "weight_decay": 0.0},
+    ]
+    return BertAdam(groups, settings.learning_rate, total, settings.warmup)
+
+
 def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress: bool = True) -> int:
     """Fine-tune in place; returns the number of training examples used."""
-    subset = _subset(train_set, settings.train_limit, settings.seed)
+    examples = subset(train_set, settings.train_limit, settings.seed)
     if settings.epochs == 0:
         return 0
-    batches = encode(tm, subset, settings.batch_size, settings.max_length)
+    per_epoch = -(-len(examples) // settings.batch_size)
+    total = settings.epochs * per_epoch
     model = tm.lm.model
-    optimiser = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, weight_decay=0.01)
-    total = settings.epochs * len(batches)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: 1.0 - step / total)
+    optim = optimiser(model, settings, total)
     order = np.random.default_rng(settings.seed + 1)
     torch.manual_seed(settings.seed)
     model.train()
     bar = tqdm(total=total, desc=f"fine-tune {tm.spec.name}", unit="batch", disable=not progress)
     try:
         for _ in range(settings.epochs):
-            for index in order.permutation(len(batches)):
-                batch = batches[index]
+            shuffled = subset(examples, None, int(order.integers(2**32)))
+            for batch in encode(tm, shuffled, settings.batch_size, settings.max_length):
                 labels = batch.labels.float() if tm.spec.labels is None else batch.labels
                 loss = model(**batch.inputs, labels=labels).loss
-                optimiser.zero_grad()
+                optim.zero_grad()
                 loss.backward()
-                optimiser.step()
-                schedule.step()
+                optim.step()
                 bar.update()
                 bar.set_postfix(loss=f"{loss.item():.3f}")
     finally:
         bar.close()
         model.eval()
-    return len(subset)
+    return len(examples)
 
 
 def check_out(out: Path) -> None:

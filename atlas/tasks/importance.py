@@ -1,9 +1,15 @@
-"""Head importance and pruning (Michel et al. 2019, Sections 3-4).
+"""Head importance and pruning (Michel et al. 2019, Section 4), as their released code computes them.
 
-A gate xi_h multiplies each head's output. Importance I_h = E_x |d L(x) / d xi_h| at xi = 1, over the
-dev examples (one gate set per example, so one backward pass gives every example's gradient), then
-normalised per layer by its l2 norm. Pruning masks heads in order of normalised importance, least
-important first, in steps of 5 % of all heads; "all heads but one" keeps a single head of a layer.
+Importance (``classifier_eval.py``, ``calculate_head_importance``): over the training examples in
+batches of 32, the gradient of the batch's mean loss with respect to each head's context vectors
+ctx_t; per head, the sum over examples and tokens of |<dL/dctx_t, ctx_t>| (the absolute value is
+taken per token, before any sum). A gate on every token of every head's output gives exactly these
+dot products: d L / d xi_{h,t} = <dL/dctx_t, ctx_t> at xi = 1. The sums are divided by the number of
+real tokens, the last layer's by the number of examples, then normalised per layer by their l2 norm.
+
+Pruning (``run_classifier.py``, ``pruning.py``): heads are masked in ascending order of normalised
+importance, computed once; at p = 5, 10, ..., 100 % the first int(K p / 100) of the K heads are masked
+and the model is scored on the dev set. "All heads but one" masks every head of a layer but one.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from torch import nn
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
 from ingest.intervene import Intervention, intervening
 
-STEP = 0.05
+PERCENTS = range(5, 101, 5)  # heads_pruning.sh: --prune_percent `seq 5 5 100`
 
 
 def example_losses(tm: TaskModel, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -25,25 +31,34 @@ def example_losses(tm: TaskModel, logits: torch.Tensor, labels: torch.Tensor) ->
     return nn.functional.cross_entropy(logits, labels, reduction="none")
 
 
-def head_importance(tm: TaskModel, batches: list[Batch]) -> np.ndarray:
-    """E_x |d L(x) / d xi_h| as ``[layers, heads]`` (not normalised)."""
+def head_importance(tm: TaskModel, batches: list[Batch]) -> tuple[np.ndarray, int]:
+    """Raw importance ``[layers, heads]`` (not normalised) and the number of examples it was computed on."""
     tm.lm.model.requires_grad_(False)  # only the gates need gradients
-    total = torch.zeros(tm.lm.n_layers, tm.lm.n_heads, dtype=torch.float64)
-    n = 0
+    n_layers, n_heads = tm.lm.n_layers, tm.lm.n_heads
+    total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
+    tokens = n = 0
     for batch in batches:
-        size = len(batch.labels)
-        gates = torch.ones(size, tm.lm.n_layers, tm.lm.n_heads, requires_grad=True)
+        size, length = batch.inputs["input_ids"].shape
+        gates = torch.ones(size, n_layers, n_heads, length, requires_grad=True)
         with intervening(Intervention(gates=gates)):
             logits = tm.lm.model(**batch.inputs).logits
-        example_losses(tm, logits, batch.labels).sum().backward()
-        total += gates.grad.abs().sum(dim=0).double()
+        example_losses(tm, logits, batch.labels).mean().backward()  # the batch's mean loss, as in the code
+        total += gates.grad.abs().sum(dim=(0, 3)).double()
+        tokens += int(batch.inputs["attention_mask"].sum())
         n += size
-    return (total / n).numpy()
+    total[:-1] /= tokens
+    total[-1] /= n
+    return total.numpy(), n
 
 
 def normalise(importance: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(importance, axis=1, keepdims=True)
-    return importance / np.where(norms > 0, norms, 1.0)
+    """Each layer's scores divided by their l2 norm (plus 1e-20, as the code adds)."""
+    return importance / (np.linalg.norm(importance, axis=1, keepdims=True) + 1e-20)
+
+
+def pruned_counts(k: int) -> list[int]:
+    """Heads masked at each step: none, then int(K p / 100) for each percentage (repeats left out)."""
+    return sorted({0} | {int(k * float(p) / 100) for p in PERCENTS})
 
 
 def _masked(n_layers: int, n_heads: int, heads: list[tuple[int, int]]) -> tuple[int, Intervention]:
@@ -57,14 +72,13 @@ def _masked(n_layers: int, n_heads: int, heads: list[tuple[int, int]]) -> tuple[
 def pruning_and_single_heads(
     tm: TaskModel, batches: list[Batch], normalised: np.ndarray
 ) -> tuple[dict[str, float], list[dict]]:
-    """Baseline metrics; rows 'pruned' (5 % steps up to every head, a step that rounds to the previous
-    one's head count left out) and 'all_but_one' (per layer and head)."""
+    """Baseline metrics; rows 'pruned' (each step of ``pruned_counts``) and 'all_but_one' (per layer and head)."""
     n_layers, n_heads = normalised.shape
     order = [divmod(int(i), n_heads) for i in np.argsort(normalised.reshape(-1), kind="stable")]
     k = n_layers * n_heads
-    plan: list[dict] = []
-    counts = sorted({round(step * STEP * k) for step in range(round(1 / STEP) + 1)})  # steps that differ
-    plan += [{"kind": "pruned", "pruned_share": count / k, "heads": order[:count]} for count in counts]
+    plan: list[dict] = [
+        {"kind": "pruned", "pruned_share": count / k, "heads": order[:count]} for count in pruned_counts(k)
+    ]
     for layer in range(n_layers):
         for keep in range(n_heads):
             others = [(layer, h) for h in range(n_heads) if h != keep]

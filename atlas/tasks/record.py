@@ -65,19 +65,20 @@ def write_ablations(
     return run_id
 
 
-def write_importance(store: Store, tm: TaskModel, raw: np.ndarray, normalised: np.ndarray) -> str:
-    """Michel et al.'s head importance into ``head_scores`` (analysis 'head importance')."""
+def write_importance(store: Store, tm: TaskModel, raw: np.ndarray, normalised: np.ndarray, n_train: int) -> str:
+    """Michel et al.'s head importance into ``head_scores`` (analysis 'head importance'), with the number
+    of training examples it was computed on (metric 'n_train_examples', the same for every head)."""
     run_id = task_run_id(tm)
     n_layers, n_heads = raw.shape
     layer, head = np.divmod(np.arange(raw.size), n_heads)
     columns = {
         "run_id": run_id,
         "analysis": "head importance",
-        "layer": np.tile(layer, 2),
-        "head": np.tile(head, 2),
-        "metric": np.repeat(["importance", "importance_normalised"], raw.size),
-        "value": np.concatenate([raw.reshape(-1), normalised.reshape(-1)]),
+        "layer": np.tile(layer, 3),
+        "head": np.tile(head, 3),
+        "metric": np.repeat(["importance", "importance_normalised", "n_train_examples"], raw.size),
+        "value": np.concatenate([raw.reshape(-1), normalised.reshape(-1), np.full(raw.size, float(n_train))]),
     }
     store.create()
-    store.put(run_id, "head_scores", "importance", columns, 2 * raw.size)
+    store.put(run_id, "head_scores", "importance", columns, 3 * raw.size)
     return run_id
