@@ -369,10 +369,23 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
 @cli.command()
 @click.option("--train", "train_run", required=True, help="Run whose sentences the probes are trained on.")
 @click.option("--eval", "eval_run", required=True, help="Run the probes are scored on (same model).")
-@click.option("--epochs", default=5, show_default=True, type=click.IntRange(min=1), help="Passes over the train run.")
-@click.option("--seed", default=0, show_default=True, help="Seed of initialisation and batch order.")
+@click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1), help="Passes over the train run.")
+@click.option(
+    "--learning-rate",
+    default=0.002,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Adam's step size.",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the initial weights.")
 @click.option("--train-limit", type=click.IntRange(min=1), default=None, help="Only the first N train inputs.")
 @click.option("--eval-limit", type=click.IntRange(min=1), default=None, help="Only the first N eval inputs.")
+@click.option(
+    "--glove-shift",
+    is_flag=True,
+    help="Only the GloVe probes, with the released code's vectors (each candidate gets the next word's); "
+    "for comparison.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 @format_option
@@ -380,9 +393,11 @@ def probe(
     train_run: str,
     eval_run: str,
     epochs: int,
+    learning_rate: float,
     seed: int,
     train_limit: int | None,
     eval_limit: int | None,
+    glove_shift: bool,
     quiet: bool,
     store_path: str | None,
     fmt: str,
@@ -390,7 +405,14 @@ def probe(
     """Train the attention probes of Clark et al. (Section 5) on one run, score UAS on another."""
     from atlas.probe import Settings, run
 
-    settings = Settings(epochs=epochs, seed=seed, train_limit=train_limit, eval_limit=eval_limit)
+    settings = Settings(
+        epochs=epochs,
+        seed=seed,
+        learning_rate=learning_rate,
+        glove_shift=glove_shift,
+        train_limit=train_limit,
+        eval_limit=eval_limit,
+    )
     results = run(_store(store_path), train_run, eval_run, settings, progress=not quiet)
     emit(pl.DataFrame(results), fmt, None)
     click.echo("written; see 'atlas query \"probe results\"'", err=True)

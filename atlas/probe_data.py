@@ -2,14 +2,21 @@
 
 For every word j (the dependent) and every candidate head i, the features are the word-level attention
 of every head in both directions: channel k < K is attention from j to i in head k, channel K + k is
-attention from i to j (K = layers x heads). Word level as in Clark et al.: attention TO a split word is
-the sum over its pieces, FROM it the mean over its pieces; [CLS] and all [SEP] tokens are units of
-their own. The ROOT candidate is scored from the attention between the word and [CLS] and [SEP], as in
-the authors' probe (two learned mixing weights shared by all heads).
+attention from i to j (K = layers x heads), the released probe's channel order. Word level as in
+Clark et al.: attention TO a split word is the sum over its pieces, FROM it the mean over its pieces;
+[CLS] and all [SEP] tokens are units of their own. The ROOT candidate is scored from the attention
+between the word and [CLS] and [SEP] (two learned scalars shared by all heads, see ``probe_models``).
+Candidates are ROOT and every word of the sentence, the word itself included, as in the released code.
+
+GloVe: the pair (dependent j, candidate i) is represented by v_j (+) v_i, ROOT's v_i being zeros, as
+the paper's equation says. The released notebook (Syntax_Analysis.ipynb, cell 14) appends its all-zero
+ROOT representation after the last word while ROOT is candidate 0, so ROOT gets (v_j, v_0), candidate
+word i gets (v_j, v_(i+1)) and the last word zeros; ``shift=True`` builds that variant, for comparison.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +45,7 @@ class Sentence:
     root: np.ndarray  # [n, 2, 2K] float16: channels for [CLS] and for [SEP]
     glove: np.ndarray  # [n, 50] float32 (zeros for words GloVe lacks)
     heads: np.ndarray  # [n] gold head: 0 = ROOT, i + 1 = word i
-    scored: np.ndarray  # [n] bool: counts for UAS (every word but punctuation)
+    scored: np.ndarray  # [n] bool: counts for UAS (every word but punctuation); every word is trained on
 
 
 def word_maps(attn: np.ndarray, item: StoredInput) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +96,8 @@ class Glove:
 def load_sentences(
     store: Store, run_id: str, lm: LoadedModel, glove: Glove, limit: int | None, progress: bool, desc: str
 ) -> list[Sentence]:
-    """Probe data for the first ``limit`` inputs of a run (all when None), dense maps recomputed."""
+    """Probe data for the first ``limit`` inputs of a run (all when None) in example order, dense maps
+    recomputed. Every sentence counts, one-word sentences included, as in the released probe."""
     inputs = stored_inputs(store, run_id, limit)
     con = store.connect()
     rows = con.execute(
@@ -105,15 +113,13 @@ def load_sentences(
         forms, heads, deprels = words[item.example_id]
         if any(d is None for d in deprels):
             raise AtlasError(f"probe: run '{run_id}' has words without a dependency annotation (HEAD/DEPREL)")
-        if len(forms) < 2:
-            continue
         pair, root = word_maps(attn, item)
         gold = np.array([0 if h is None else h + 1 for h in heads], dtype=np.int64)
         scored = np.array([d.split(":")[0] != "punct" for d in deprels])
         out.append(Sentence(item.example_id, pair, root, glove.lookup(forms), gold, scored))
     if not out:
-        raise AtlasError(f"probe: run '{run_id}' has no sentence with two or more words")
-    return out
+        raise AtlasError(f"probe: run '{run_id}' has no sentence")
+    return sorted(out, key=lambda s: s.example_id)
 
 
 @dataclass
@@ -122,26 +128,40 @@ class Batch:
 
     pair: torch.Tensor  # [B, n, n, 2K] float16
     root: torch.Tensor  # [B, n, 2, 2K] float16
-    glove: torch.Tensor  # [B, n, D]
+    word_pairs: torch.Tensor  # [B, n, n + 1, 2D]: GloVe of the dependent and of the candidate (see word_pairs)
     distance: torch.Tensor  # [B, n, n + 1, F] distance features
-    allowed: torch.Tensor  # [B, n, n + 1] bool: a real candidate other than the word itself
+    allowed: torch.Tensor  # [B, n, n + 1] bool: a real candidate (ROOT or a word of the sentence, itself included)
     heads: torch.Tensor  # [B, n]
     words: torch.Tensor  # [B, n] bool: a real word (trained on)
     scored: torch.Tensor  # [B, n] bool: counts for UAS
 
 
 def distance_features(n: int) -> torch.Tensor:
-    """Clark et al.'s distance features for dependent j and candidate i (ROOT first): ``[n, n + 1, F]``."""
+    """Clark et al.'s distance features for dependent j and candidate i (ROOT first): ``[n, n + 1, F]``.
+
+    In the released order (``make_distance_features``, cell 13): how far the candidate is ahead and
+    behind, divided by n; indicators of offsets 0, -1, +1, -2, +2; the ROOT indicator."""
     j = torch.arange(n)[:, None].float()
     i = torch.arange(n)[None, :].float()
     offset = i - j
     feats = [torch.clamp(offset, min=0) / n, torch.clamp(-offset, min=0) / n]
-    feats += [(offset == k).float() for k in range(-MAX_OFFSET, MAX_OFFSET + 1)]
+    feats += [(offset == k).float() for k in (0, -1, 1, -2, 2)]
     words = torch.stack(feats, dim=-1)  # [n, n, F - 1]
     words = torch.cat([words, torch.zeros(n, n, 1)], dim=-1)
     root = torch.zeros(n, 1, words.shape[-1])
     root[..., -1] = 1.0
     return torch.cat([root, words], dim=1)
+
+
+def word_pairs(glove: np.ndarray, shift: bool) -> np.ndarray:
+    """``[n, n + 1, 2D]``: (v_j, v_i) for dependent j and candidate i, ROOT first with (v_j, 0).
+    ``shift``: the released code's rows, (v_j, v_i) for columns 0..n-1 and zeros for column n."""
+    n, dim = glove.shape
+    pairs = np.concatenate([np.repeat(glove[:, None], n, axis=1), np.repeat(glove[None], n, axis=0)], axis=-1)
+    if shift:
+        return np.concatenate([pairs, np.zeros((n, 1, 2 * dim), glove.dtype)], axis=1)
+    root = np.concatenate([glove[:, None], np.zeros((n, 1, dim), glove.dtype)], axis=-1)
+    return np.concatenate([root, pairs], axis=1)
 
 
 def _groups(sentences: list[Sentence], budget: int) -> list[list[Sentence]]:
@@ -156,30 +176,31 @@ def _groups(sentences: list[Sentence], budget: int) -> list[list[Sentence]]:
     return groups
 
 
-def batches(sentences: list[Sentence], budget: int = PAIR_BUDGET) -> list[Batch]:
-    """Padded batches of sentences of similar length (see ``_groups``)."""
-    out = []
-    for group in _groups(sentences, budget):
-        n = max(len(s.heads) for s in group)
-        b, channels, dim = len(group), group[0].pair.shape[-1], group[0].glove.shape[-1]
-        pair = torch.zeros(b, n, n, channels, dtype=torch.float16)
-        root = torch.zeros(b, n, 2, channels, dtype=torch.float16)
-        glove = torch.zeros(b, n, dim)
-        distance = torch.zeros(b, n, n + 1, N_DISTANCE)
-        allowed = torch.zeros(b, n, n + 1, dtype=torch.bool)
-        heads = torch.zeros(b, n, dtype=torch.long)
-        words = torch.zeros(b, n, dtype=torch.bool)
-        scored = torch.zeros(b, n, dtype=torch.bool)
-        for row, s in enumerate(group):
-            m = len(s.heads)
-            pair[row, :m, :m] = torch.from_numpy(s.pair)
-            root[row, :m] = torch.from_numpy(s.root)
-            glove[row, :m] = torch.from_numpy(s.glove)
-            distance[row, :m, : m + 1] = distance_features(m)
-            allowed[row, :m, : m + 1] = True
-            allowed[row, torch.arange(m), torch.arange(m) + 1] = False
-            heads[row, :m] = torch.from_numpy(s.heads)
-            words[row, :m] = True
-            scored[row, :m] = torch.from_numpy(s.scored)
-        out.append(Batch(pair, root, glove, distance, allowed, heads, words, scored))
-    return out
+def padded(group: list[Sentence], shift: bool = False) -> Batch:
+    """The sentences of ``group`` padded to the longest; ``shift`` as in ``word_pairs``."""
+    n = max(len(s.heads) for s in group)
+    b, channels, dim = len(group), group[0].pair.shape[-1], group[0].glove.shape[-1]
+    pair = torch.zeros(b, n, n, channels, dtype=torch.float16)
+    root = torch.zeros(b, n, 2, channels, dtype=torch.float16)
+    glove = torch.zeros(b, n, n + 1, 2 * dim)
+    distance = torch.zeros(b, n, n + 1, N_DISTANCE)
+    allowed = torch.zeros(b, n, n + 1, dtype=torch.bool)
+    heads = torch.zeros(b, n, dtype=torch.long)
+    words = torch.zeros(b, n, dtype=torch.bool)
+    scored = torch.zeros(b, n, dtype=torch.bool)
+    for row, s in enumerate(group):
+        m = len(s.heads)
+        pair[row, :m, :m] = torch.from_numpy(s.pair)
+        root[row, :m] = torch.from_numpy(s.root)
+        glove[row, :m, : m + 1] = torch.from_numpy(word_pairs(s.glove, shift))
+        distance[row, :m, : m + 1] = distance_features(m)
+        allowed[row, :m, : m + 1] = True
+        heads[row, :m] = torch.from_numpy(s.heads)
+        words[row, :m] = True
+        scored[row, :m] = torch.from_numpy(s.scored)
+    return Batch(pair, root, glove, distance, allowed, heads, words, scored)
+
+
+def batches(sentences: list[Sentence], shift: bool = False, budget: int = PAIR_BUDGET) -> Iterator[Batch]:
+    """Padded batches of sentences of similar length (see ``_groups``), for scoring, built one at a time."""
+    return (padded(group, shift) for group in _groups(sentences, budget))
