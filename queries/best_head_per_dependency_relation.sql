@@ -1,71 +1,127 @@
 -- name: best head per dependency relation
 -- aliases: dependency heads, syntax heads, best head per relation, clark table 1, dependency relations
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 4.2, Table 1
--- description: Each attention head predicts, for every word, the other word it attends to most
---   (word-level map: attention TO a split word = sum over its pieces, FROM a split word = mean over
---   its pieces; [CLS]/[SEP] take part but are never predicted; a word's attention to itself is
---   ignored). Per relation: the head and direction (dependent -> head, or head -> dependent) whose
---   prediction is most often right, its accuracy, and the best fixed-offset baseline (the word at
---   offset -3..+2 from the dependent is its head). The 'all' row scores every word that has a head.
---   Heads are shown 1-based as layer-head.
+-- description: Each attention head predicts a head word for every word, as Clark et al.'s released
+--   Syntax_Analysis notebook does (attn_head_predictor, evaluate_predictor), on the word-level map
+--   (attention TO a split word = sum over its pieces, FROM a split word = mean over its pieces; a word's
+--   attention to itself, [CLS] and [SEP] ignored). 'dependent -> head': the word a word attends to most is
+--   its head (word_rows.dst_word). 'head -> dependent': the word attending most to a word is its head (the
+--   transposed map, word_rows.from_word). A head never predicts ROOT; predictions range over every word of
+--   the input (all its sentences with --pack pair/window); argmax ties go to the lowest word.
+--   Possessive rule (poss_rule, the notebook's special case for 'poss', UD nmod:poss): a possessor whose
+--   own prediction is not the last word of the input and whose next word in its sentence is exactly 's
+--   or s' is scored by the prediction of that next word instead.
+--   Rows: 'all' (every word with a DEPREL, roots included: no head is ever right on a root), 'all
+--   (non-root)', then each relation (DEPREL with subtype) with at least min_count words, but 'root' and
+--   'punct', as the notebook prints them. Per row: the head and direction with the most correct
+--   predictions (ties: the higher layer, then the higher head, then 'head -> dependent'), its accuracy,
+--   and the best fixed-offset baseline: offset o predicts for the word at 1-based position i of its
+--   sentence of n words the word max(0, min(i + o, n)) (0 = ROOT, so a root can be right), for o in
+--   -3..+2 (0 included), the possessive rule applying with 'last word of the sentence'; ties: the
+--   larger offset. Heads are shown 1-based as layer-head.
 -- parameters:
 --   run: run id (default: the latest run)
---   min_count: relations with fewer occurrences are left out (default: 100)
+--   min_count: relations with fewer words are left out ('all' rows excepted) (default: 100)
+--   poss_rule: true: score nmod:poss with the released code's possessive rule; false: plainly (default: true)
+--   direction: where the best head is looked for: both, dependent -> head, or head -> dependent (default: both)
 
-WITH arcs AS (
-    SELECT example_id, word_idx AS dep, head_word_idx AS gov, deprel AS relation
+WITH sentence_words AS (
+    SELECT
+        example_id,
+        word_idx AS word,
+        head_word_idx AS gov,                      -- NULL: ROOT
+        deprel AS relation,
+        word_idx - min(word_idx) OVER (PARTITION BY example_id, sent_id) + 1 AS pos,  -- 1-based in its sentence
+        count(*) OVER (PARTITION BY example_id, sent_id) AS sent_len,
+        count(*) OVER (PARTITION BY example_id) AS input_len,
+        lead(form) OVER (PARTITION BY example_id, sent_id ORDER BY word_idx) AS next_form
     FROM words
-    WHERE run_id = $run AND head_word_idx IS NOT NULL AND deprel IS NOT NULL
+    WHERE run_id = $run
+),
+scored AS (
+    SELECT
+        example_id, word, gov, relation, pos, sent_len, input_len,
+        gov IS NULL AS is_root,
+        CASE WHEN gov IS NULL THEN 0 ELSE gov - word + pos END AS gold,  -- 1-based in the sentence, 0 = ROOT
+        $poss_rule::BOOLEAN AND relation = 'nmod:poss' AND coalesce(next_form IN ('''s', 's'''), false) AS possessive
+    FROM sentence_words
+    WHERE relation IS NOT NULL
 ),
 totals AS (
-    SELECT relation, count(*) AS n FROM arcs GROUP BY relation
+    SELECT relation, count(*) AS n FROM scored GROUP BY relation
     UNION ALL
-    SELECT 'all', count(*) FROM arcs
+    SELECT 'all', count(*) FROM scored
+    UNION ALL
+    SELECT 'all (non-root)', count(*) FROM scored WHERE NOT is_root
 ),
-kept AS (SELECT * FROM totals WHERE n >= $min_count),
-hits_by_relation AS (
-    -- dependent -> head: the dependent's most-attended word is its head
-    SELECT a.relation, r.layer, r.head, 'dependent -> head' AS direction, count(*) AS correct
+kept AS (
+    SELECT * FROM totals
+    WHERE relation IN ('all', 'all (non-root)') OR (n >= $min_count AND relation NOT IN ('root', 'punct'))
+),
+next_rows AS (
+    -- the predictions of the word after each possessor (the possessive rule's 's)
+    SELECT r.example_id, r.layer, r.head, s.word, r.dst_word, r.from_word
     FROM word_rows r
-    JOIN arcs a ON r.example_id = a.example_id AND r.src_word = a.dep AND r.dst_word = a.gov
+    JOIN scored s ON r.example_id = s.example_id AND r.src_word = s.word + 1 AND s.possessive
+    WHERE r.run_id = $run
+),
+head_hits AS (
+    SELECT
+        s.relation, s.is_root, r.layer, r.head,
+        count_if(CASE WHEN s.possessive AND r.dst_word + 1 < s.input_len THEN x.dst_word ELSE r.dst_word END
+                 = s.gov) AS dep_to_head,
+        count_if(CASE WHEN s.possessive AND r.from_word + 1 < s.input_len THEN x.from_word ELSE r.from_word END
+                 = s.gov) AS head_to_dep
+    FROM word_rows r
+    JOIN scored s ON r.example_id = s.example_id AND r.src_word = s.word
+    LEFT JOIN next_rows x ON x.example_id = s.example_id AND x.word = s.word AND x.layer = r.layer AND x.head = r.head
     WHERE r.run_id = $run
     GROUP BY ALL
+),
+hits_by_group AS (
+    SELECT relation, is_root, layer, head, 'dependent -> head' AS direction, dep_to_head AS correct FROM head_hits
     UNION ALL
-    -- head -> dependent: the head's most-attended word is this dependent
-    SELECT a.relation, r.layer, r.head, 'head -> dependent', count(*)
-    FROM word_rows r
-    JOIN arcs a ON r.example_id = a.example_id AND r.src_word = a.gov AND r.dst_word = a.dep
-    WHERE r.run_id = $run
-    GROUP BY ALL
+    SELECT relation, is_root, layer, head, 'head -> dependent', head_to_dep FROM head_hits
 ),
 hits AS (
-    SELECT relation, layer, head, direction, correct FROM hits_by_relation
+    SELECT relation, layer, head, direction, sum(correct) AS correct FROM hits_by_group GROUP BY ALL
     UNION ALL
-    SELECT 'all', layer, head, direction, sum(correct) FROM hits_by_relation GROUP BY ALL
+    SELECT 'all', layer, head, direction, sum(correct) FROM hits_by_group GROUP BY ALL
+    UNION ALL
+    SELECT 'all (non-root)', layer, head, direction, sum(correct) FROM hits_by_group WHERE NOT is_root GROUP BY ALL
 ),
 best_head AS (
     SELECT relation, layer, head, direction, correct
     FROM hits
-    WHERE relation IN (SELECT relation FROM kept)
-    QUALIFY row_number() OVER (PARTITION BY relation ORDER BY correct DESC, direction, layer, head) = 1
+    WHERE relation IN (SELECT relation FROM kept) AND $direction IN ('both', direction)
+    QUALIFY row_number() OVER (
+        PARTITION BY relation ORDER BY correct DESC, layer DESC, head DESC, direction = 'head -> dependent' DESC
+    ) = 1
 ),
-offsets AS (
-    SELECT unnest([-3, -2, -1, 1, 2]) AS "offset"
+offset_predictions AS (
+    SELECT s.*, o."offset",
+           greatest(0, least(s.pos + o."offset", s.sent_len)) AS p,
+           greatest(0, least(s.pos + 1 + o."offset", s.sent_len)) AS p_next
+    FROM scored s CROSS JOIN (SELECT unnest(range(-3, 3)) AS "offset") o
 ),
-offset_counts AS (
-    SELECT gov - dep AS "offset", relation, count(*) AS correct FROM arcs GROUP BY ALL
-    UNION ALL
-    SELECT gov - dep, 'all', count(*) FROM arcs GROUP BY ALL
+offset_by_group AS (
+    SELECT relation, is_root, "offset",
+           count_if(CASE WHEN possessive AND p < sent_len THEN p_next ELSE p END = gold) AS correct
+    FROM offset_predictions
+    GROUP BY ALL
 ),
 offset_hits AS (
-    SELECT o."offset", k.relation, coalesce(c.correct, 0) AS correct
-    FROM offsets o CROSS JOIN kept k
-    LEFT JOIN offset_counts c ON c."offset" = o."offset" AND c.relation = k.relation
+    SELECT relation, "offset", sum(correct) AS correct FROM offset_by_group GROUP BY ALL
+    UNION ALL
+    SELECT 'all', "offset", sum(correct) FROM offset_by_group GROUP BY ALL
+    UNION ALL
+    SELECT 'all (non-root)', "offset", sum(correct) FROM offset_by_group WHERE NOT is_root GROUP BY ALL
 ),
 best_offset AS (
     SELECT relation, "offset", correct
     FROM offset_hits
-    QUALIFY row_number() OVER (PARTITION BY relation ORDER BY correct DESC, abs("offset"), "offset" DESC) = 1
+    WHERE relation IN (SELECT relation FROM kept)
+    QUALIFY row_number() OVER (PARTITION BY relation ORDER BY correct DESC, "offset" DESC) = 1
 )
 SELECT
     k.relation,
@@ -75,8 +131,10 @@ SELECT
     coalesce(b.correct, 0)::BIGINT AS correct,
     round(100.0 * coalesce(b.correct, 0) / k.n, 2) AS accuracy,
     CASE WHEN o."offset" > 0 THEN concat('+', o."offset") ELSE o."offset"::VARCHAR END AS baseline_offset,
-    round(100.0 * coalesce(o.correct, 0) / k.n, 2) AS baseline_accuracy
+    round(100.0 * o.correct / k.n, 2) AS baseline_accuracy
 FROM kept k
 LEFT JOIN best_head b USING (relation)
 LEFT JOIN best_offset o USING (relation)
-ORDER BY k.relation <> 'all', k.n DESC, k.relation
+WHERE CASE WHEN $direction IN ('both', 'dependent -> head', 'head -> dependent') THEN true
+      ELSE error(concat('--param direction=', $direction, ': expected both, dependent -> head or head -> dependent')) END
+ORDER BY k.relation <> 'all', k.relation <> 'all (non-root)', k.n DESC, k.relation

@@ -186,6 +186,81 @@ def predictions(attn: np.ndarray, word_ids: list[int | None], n_words: int) -> d
     return out
 
 
+# Clark et al. Table 1, as the released Syntax_Analysis.ipynb computes it (cell 6: evaluate_predictor,
+# attn_head_predictor, offset_predictor, get_scores; cell 8: the rows and the choice of the best ones), over
+# bpe_utils.get_word_word_attention's word-level maps of transformers' eager attention.
+
+CLARK_DIRECTIONS = {"dep->head": "dependent -> head", "head<-dep": "head -> dependent"}  # notebook key -> ours
+POSS = "nmod:poss"  # UD's name for the PTB-converted 'poss' of the notebook
+
+
+def clark_word_attention(attn_lh: np.ndarray, word_ids: list[int | None]) -> np.ndarray:
+    """bpe_utils.get_word_word_attention(mode="mean") for one head: [CLS] words [SEP] by [CLS] words [SEP]."""
+    n_words = 1 + max(w for w in word_ids if w is not None)
+    words_to_tokens: list[list[int]] = [[0]] + [[] for _ in range(n_words)] + [[len(word_ids) - 1]]
+    for t, w in enumerate(word_ids):
+        if w is not None:
+            words_to_tokens[w + 1].append(t)
+    m = np.array(attn_lh)
+    not_word_starts = [t for word in words_to_tokens for t in word[1:]]
+    for word in words_to_tokens:  # TO a split word: sum over its tokens
+        m[:, word[0]] = m[:, word].sum(axis=-1)
+    m = np.delete(m, not_word_starts, -1)
+    for word in words_to_tokens:  # FROM a split word: mean over its tokens
+        m[word[0]] = np.mean(m[word], axis=0)
+    return np.delete(m, not_word_starts, 0)
+
+
+def attn_head_predictor(word_attn: np.ndarray, mode: str) -> list[Prediction]:
+    """Each word's most-attended-to other word (1-based; ROOT = 0 is never predicted), with its near-ties."""
+    attn = np.array(word_attn.T if mode == "head<-dep" else word_attn)
+    attn[range(attn.shape[0]), range(attn.shape[0])] = 0  # ignore attention to self ...
+    attn = attn[1:-1, 1:-1]  # ... and [CLS]/[SEP]
+    return [
+        Prediction(int(np.argmax(row)) + 1, {int(j) + 1 for j in np.nonzero(row.max() - row < TIE_EPS)[0]})
+        for row in attn
+    ]
+
+
+def offset_predictor(offset: int, n_words: int) -> list[Prediction]:
+    """The word at a fixed offset (clipped to ROOT = 0 and to the last word) as each word's head."""
+    return [Prediction(p, {p}) for p in (max(0, min(i + offset + 1, n_words)) for i in range(n_words))]
+
+
+def _is_correct(words: list[str], predicted: list[int], i: int, gold: int, relation: str, poss_rule: bool) -> bool:
+    """evaluate_predictor's test of word i, its possessive special case included."""
+    p = predicted[i]
+    is_correct = p == gold
+    if poss_rule and relation == POSS and p < len(words):
+        # the notebook's `i < len(words) and words[i + 1] == "'s" or words[i + 1] == "s'"` is always true on
+        # its first clause; it would fail on a possessor ending the sentence, which has no next word here
+        if i + 1 < len(words) and (words[i + 1] == "'s" or words[i + 1] == "s'"):
+            is_correct = predicted[i + 1] == gold
+    return is_correct
+
+
+def evaluate_predictor(sentences: list[RefSentence], preds: list[list[Prediction]], poss_rule: bool) -> dict:
+    """relation -> [correct, ambiguous], over every word ('all': roots included; 'all (non-root)': not).
+
+    Ambiguous: a near-tie in the word's prediction (or in the next word's, under the possessive rule) could
+    make it right where it is wrong or the reverse.
+    """
+    counts: dict = defaultdict(lambda: [0, 0])
+    for s, predictions in zip(sentences, preds, strict=True):
+        best = [p.best for p in predictions]
+        for i, (y, r) in enumerate(zip(s.heads, s.deprels, strict=True)):
+            outcomes = set()
+            for own in predictions[i].near:
+                for nxt in predictions[i + 1].near if i + 1 < len(predictions) else {None}:
+                    alternative = [*best[:i], own, *([] if nxt is None else [nxt]), *best[i + 2 :]]
+                    outcomes.add(_is_correct(s.forms, alternative, i, y, r, poss_rule))
+            is_correct = _is_correct(s.forms, best, i, y, r, poss_rule)
+            for key in (r, "all", "all (non-root)") if y != 0 else (r, "all"):
+                counts[key][0] += is_correct
+                counts[key][1] += len(outcomes) > 1
+    return counts
+
+
 @dataclass
 class RelationResult:
     n: int
@@ -198,42 +273,64 @@ class RelationResult:
     counts: dict  # (layer, head, direction) -> (correct, ambiguous), for every head
 
 
-def best_heads(sentences: list[RefSentence], dense: list[tuple[np.ndarray, list[int | None]]], min_count: int) -> dict:
-    """Clark et al. Table 1 computed by plain loops: relation -> RelationResult."""
-    correct: dict = defaultdict(int)
-    ambiguous: dict = defaultdict(int)
-    totals: dict = defaultdict(int)
-    offsets: dict = defaultdict(int)
-    for s, (attn, word_ids) in zip(sentences, dense, strict=True):
-        preds = predictions(attn, word_ids, len(s.forms))
-        for dep, (gov1, rel) in enumerate(zip(s.heads, s.deprels, strict=True)):
-            if gov1 == 0:
-                continue
-            gov = gov1 - 1
-            for r in (rel, "all"):
-                totals[r] += 1
-                if gov - dep in (-3, -2, -1, 1, 2):
-                    offsets[r, gov - dep] += 1
-            for (layer, head), p in preds.items():
-                for direction, src, gold in (("dependent -> head", dep, gov), ("head -> dependent", gov, dep)):
-                    if p[src] is None:
-                        continue
-                    hit = p[src].best == gold
-                    flip = (gold in p[src].near) and len(p[src].near) > 1
-                    for r in (rel, "all"):
-                        correct[r, layer, head, direction] += hit
-                        ambiguous[r, layer, head, direction] += flip
+@dataclass
+class Table1Scores:
+    """Every predictor's [correct, ambiguous] per relation, and the number of words of each relation."""
+
+    heads: dict  # (layer, head, notebook direction key) -> relation -> [correct, ambiguous]
+    baselines: dict  # offset -> relation -> [correct, ambiguous]
+    reln_counts: dict
+
+
+def table1_scores(
+    sentences: list[RefSentence], dense: list[tuple[np.ndarray, list[int | None]]], poss_rule: bool = True
+) -> Table1Scores:
+    """get_scores("normal"), get_scores("transpose") and the offset baselines of the notebook's cell 6."""
+    n_layers, n_heads = dense[0][0].shape[:2]
+    maps = [
+        [[clark_word_attention(attn[la, h], word_ids) for h in range(n_heads)] for la in range(n_layers)]
+        for attn, word_ids in dense
+    ]
+    heads = {
+        (la, h, key): evaluate_predictor(sentences, [attn_head_predictor(m[la][h], key) for m in maps], poss_rule)
+        for la in range(n_layers)
+        for h in range(n_heads)
+        for key in CLARK_DIRECTIONS
+    }
+    baselines = {
+        i: evaluate_predictor(sentences, [offset_predictor(i, len(s.forms)) for s in sentences], poss_rule)
+        for i in range(-3, 3)
+    }
+    reln_counts: dict = defaultdict(int)
+    for s in sentences:
+        for r, y in zip(s.deprels, s.heads, strict=True):
+            for key in (r, "all", "all (non-root)") if y != 0 else (r, "all"):
+                reln_counts[key] += 1
+    return Table1Scores(heads, baselines, reln_counts)
+
+
+def best_heads(
+    scores: Table1Scores, min_count: int, directions: tuple[str, ...] = tuple(CLARK_DIRECTIONS)
+) -> dict[str, RelationResult]:
+    """The rows of the notebook's cell 8 (best head among ``directions``): relation -> RelationResult."""
     results = {}
-    for r, n in totals.items():
-        if n < min_count:
+    for reln, n in scores.reln_counts.items():
+        if reln in ("root", "punct") or (n < min_count and reln not in ("all", "all (non-root)")):
             continue
-        keys = [k for k in correct if k[0] == r]
-        _, layer, head, direction = min(keys, key=lambda k: (-correct[k], k[3], k[1], k[2]))
-        k = (r, layer, head, direction)
-        off = min((-3, -2, -1, 1, 2), key=lambda o: (-offsets[r, o], abs(o), -o))
-        counts = {key[1:]: (correct[key], ambiguous[key]) for key in keys}
-        results[r] = RelationResult(
-            n, f"{layer + 1}-{head + 1}", direction, correct[k], ambiguous[k], off, offsets[r, off], counts
+        candidates = {k: v for k, v in scores.heads.items() if k[2] in directions}
+        uas, la, h, key = max((v[reln][0] / n, la, h, key) for (la, h, key), v in candidates.items())
+        baseline_uas, offset = max((v[reln][0] / n, i) for i, v in scores.baselines.items())
+        counts = {(k[0], k[1], CLARK_DIRECTIONS[k[2]]): tuple(v[reln]) for k, v in candidates.items()}
+        correct, ambiguous = scores.heads[la, h, key][reln]
+        results[reln] = RelationResult(
+            n,
+            f"{la + 1}-{h + 1}",
+            CLARK_DIRECTIONS[key],
+            correct,
+            ambiguous,
+            offset,
+            scores.baselines[offset][reln][0],
+            counts,
         )
     return results
 
