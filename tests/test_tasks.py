@@ -419,9 +419,10 @@ def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):
     data = ["--task", "RTE", "--data", str(GLUE / "RTE")]
     result = runner.invoke(cli, ["grads", "--model", str(tiny), "--limit", "8", "--store", str(store), *data])
     assert result.exit_code == 0, result.output
+    assert "gradients of the RTE task loss, not Clark et al.'s masked-LM loss" in result.output
     entry = resolve("gradient importance")
     df = run_entry(Store(store).connect(), entry, entry.bind({}))
-    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"task:RTE"}
+    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"RTE task loss, not Clark et al.'s masked-LM loss"}
     # independent: one example at a time, gradients from torch.autograd.grad, sums by plain loops
     tm = load_task_model(str(tiny), task_spec("RTE"))
     dev = load_split(tm.spec, str(GLUE / "RTE"), "dev").head(8)
@@ -452,13 +453,16 @@ def test_grads_with_the_mlm_loss(tiny, tmp_path):
     corpus = str(GLUE.parent / "ud" / "en_ewt-ud-dev-sample.conllu")
     runner = CliRunner()
     result = runner.invoke(cli, ["grads", "--model", str(tiny), "--corpus", corpus, "--store", str(tmp_path / "s")])
-    assert result.exit_code == 1 and "no MLM head" in result.output
+    assert result.exit_code == 1 and "no masked-LM head" in result.output and "give --task and --data" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     mlm = tmp_path / "mlm"
     BertForMaskedLM(BertConfig.from_pretrained(tiny)).save_pretrained(mlm, safe_serialization=True)
     AutoTokenizer.from_pretrained(tiny).save_pretrained(mlm)
     args = ["grads", "--model", str(mlm), "--corpus", corpus, "--limit", "8", "--store", str(tmp_path / "s")]
     result = runner.invoke(cli, args)
     assert result.exit_code == 0, result.output
+    assert "gradients of the masked-LM loss, as Clark et al." in result.output
     entry = resolve("gradient importance")
     df = run_entry(Store(tmp_path / "s").connect(), entry, entry.bind({}))
-    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"mlm"} and (df["mean_abs_grad"] > 0).all()
+    assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"masked-LM loss, as Clark et al."}
+    assert (df["mean_abs_grad"] > 0).all()

@@ -187,8 +187,15 @@ def importance(
 
 @click.command()
 @click.option("--model", default=None, help="HF id, local path or a checkpoint of 'atlas finetune'.")
-@click.option("--corpus", type=click.Path(path_type=Path), default=None, help="CoNLL-U file: MLM loss.")
-@click.option("--task", default=None, help="With --data: the fine-tuned task loss on the dev set.")
+@click.option(
+    "--corpus",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="CoNLL-U file: the masked-LM loss, Clark et al.'s (a model with an MLM head).",
+)
+@click.option(
+    "--task", default=None, help="With --data: a fine-tuned model's task loss on the dev set, not Clark et al.'s."
+)
 @click.option("--data", default=None, help="The task's GLUE folder (with --task).")
 @click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True, help="Sentences/examples.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the MLM masking.")
@@ -206,10 +213,10 @@ def grads(
 ) -> None:
     """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer (stored)."""
     from atlas.errors import AtlasError
-    from atlas.tasks.grads import TARGETS, write
+    from atlas.tasks.grads import TARGETS, loss_label, write
 
     if (corpus is None) == (task is None) or (task is None) != (data is None):
-        raise AtlasError("grads: give --corpus FILE (MLM loss) or --task and --data (task loss)")
+        raise AtlasError("grads: give --corpus FILE (the masked-LM loss) or --task and --data (a task loss)")
     if corpus is not None:
         run_id, loss, means, counts = _mlm_gradients(model, corpus, limit, seed)
     else:
@@ -217,7 +224,7 @@ def grads(
     write(store_at(store_path), run_id, loss, means, counts)
     rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
     emit(pl.DataFrame(rows), fmt, None)
-    click.echo(f"run {run_id} ({loss}): see 'atlas query \"gradient importance\"'", err=True)
+    click.echo(f"run {run_id}: {loss_label(loss)}; see 'atlas query \"gradient importance\"'", err=True)
 
 
 def _punct_ids(tokenizer) -> list[int]:
@@ -245,7 +252,10 @@ def _mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int):
             break
     lm = load_model(model, auto_class=AutoModelForMaskedLM)
     if not has_mlm_head(lm.source) or lm.tokenizer.mask_token_id is None:
-        raise AtlasError(f"--model '{lm.name}': no MLM head; use --task and --data with a fine-tuned checkpoint")
+        raise AtlasError(
+            f"--model '{lm.name}': no masked-LM head for Clark et al.'s MLM loss; "
+            "for a fine-tuned model's task loss instead, give --task and --data"
+        )
 
     def loss_of(m, inputs, labels):
         logits = m(**inputs).logits

@@ -2,8 +2,9 @@
 
 Per layer, the mean over heads and over (query, key) pairs of real tokens of |d loss / d attention
 weight|, split by what the key is: [SEP], the pieces '.' and ',', or any other token. The loss is the
-masked-language-model loss when the model has an MLM head (15 % of the pieces masked, seeded), else
-the task loss of a fine-tuned checkpoint on its dev data.
+one asked for: the masked-language-model loss, the paper's (15 % of the pieces masked, seeded; only for
+a model with an MLM head), or, asked for explicitly, a fine-tuned checkpoint's task loss on its dev data,
+which the paper does not use. Clark et al.'s code for Figure 5 is not released.
 """
 
 from __future__ import annotations
@@ -116,6 +117,13 @@ def has_mlm_head(source: str) -> bool:
             if any("predictions" in key or "lm_head" in key for key in handle.keys()):
                 return True
     return False
+
+
+def loss_label(loss: str) -> str:
+    """How a stored loss (``mlm`` or ``task:<TASK>``) reads in the output."""
+    if loss == "mlm":
+        return "gradients of the masked-LM loss, as Clark et al."
+    return f"gradients of the {loss.removeprefix('task:')} task loss, not Clark et al.'s masked-LM loss"
 
 
 def write(store: Store, run_id: str, loss: str, means: np.ndarray, counts: np.ndarray) -> None:
