@@ -68,7 +68,8 @@ def cli() -> None:
     default="conllu",
     show_default=True,
     help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP]; "
-    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz), Kovaleva et al.'s filters; "
+    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz; the release's frame/ folder "
+    "beside lu/ gives each frame's core set), Kovaleva et al.'s filters; "
     "text: WikiText raw or plain text, an article's paragraphs two by two as [CLS] a [SEP] b [SEP] (Clark et al.'s "
     "Wikipedia segments), words and dependencies by spaCy.",
 )

@@ -102,7 +102,7 @@ CREATE TABLE frames (
     frame VARCHAR,               -- e.g. 'Body_movement'
     lexical_unit VARCHAR,        -- e.g. 'throw.v'
     element VARCHAR,             -- frame element, e.g. 'Agent'
-    core BOOLEAN,                -- a core element of the frame
+    core BOOLEAN,                -- in one of the frame's core sets (<FEcoreSet> in frame/<frame>.xml)
     target_first SMALLINT,       -- word_idx span of the frame-evoking target, inclusive
     target_last SMALLINT,
     element_first SMALLINT,      -- word_idx span of the element, inclusive

@@ -1,28 +1,44 @@
 """Stage 1 for FrameNet 1.5: lexical-unit exemplar sentences with their target and frame elements.
 
-Reads ``lu/*.xml`` files from the release's exemplar archive (a ``.tar.gz``), a folder of them, or one
-file. Words are the space-separated tokens of the sentence text. For each sentence, the frame elements
-of its first-rank FE layer (null instantiations have no span and are left out), the target, and
-whether each element is core in the frame (the lexical unit's header). Kovaleva et al.'s filters
-(Section 4.2) keep a sentence when every annotated element has at most 3 tokens, the sentence has at
-most 12 tokens, it has a core element, and every core element is at least 2 tokens from the target.
+Input: the release's ``lu/*.xml`` files: the ``lu/`` folder, one file of it, or an archive (``.tar.gz``)
+holding them. Each frame's core set comes from the release's frame definitions, ``frame/<frame>.xml``:
+the names in its ``<FEcoreSet>`` elements, which is what Kovaleva et al.'s code takes as core (NLTK's
+``lu['frame']['FEcoreSets']``; a frame without core sets has no core element, though its ``coreType``
+may call some elements Core). The definitions are read from the ``frame/`` folder beside the folder that
+holds the lu files (``lu/../frame``); for an archive, from ``frame/*.xml`` inside it, else from the
+``frame/`` folder where it unpacks (the archive's folder joined with the path of its ``lu/`` folder's
+parent, e.g. ``fndata-1.5/frame`` beside ``fndata-1.5-lu-exemplars.tar.gz``).
+
+Words are the space-separated tokens of the sentence text (the release's texts are tokenised; NLTK's
+``word_tokenize``, which the code uses, keeps the same sentences). A sentence's annotation is the last of
+its annotation sets with a labelled target (NLTK's reader lets later sets overwrite earlier ones), its
+elements the overt labels of that set's first-rank FE layer. The filters of the released code
+(``visualize_attention.ipynb`` cells 57-59; the paper's Section 4.2), in its order: a sentence is kept
+when it has at most 12 tokens; its target is one span; every element has at most 3 tokens; the target is
+one whole token and no token of any element (core or not) lies within 2 tokens of it; and it has an
+element of the frame's core set. The code tests nearness by token strings (a token of the window equal
+to any element's token); here by positions, as the paper's text says ("the linked objects are less than
+two tokens apart").
 """
 
 from __future__ import annotations
 
+import re
 import tarfile
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from atlas.errors import AtlasError
 from ingest.conllu import Sentence, Word
 
 NS = "{http://framenet.icsi.berkeley.edu}"
-MAX_ELEMENT_TOKENS = 3
 MAX_SENTENCE_TOKENS = 12
-MIN_DISTANCE = 2
+MAX_ELEMENT_TOKENS = 3
+MIN_DISTANCE = 3  # an element token at most 2 tokens from the target drops the sentence
+ARCHIVES = (".tar.gz", ".tgz")
+LU_FILE = re.compile(r"lu\d+\.xml")
 
 
 @dataclass(frozen=True)
@@ -30,9 +46,19 @@ class FrameElement:
     frame: str
     lexical_unit: str
     name: str
-    core: bool
+    core: bool  # in one of the frame's core sets
     target: tuple[int, int]  # first and last word id (1-based) of the target
     span: tuple[int, int]  # first and last word id of the element
+
+
+@dataclass(frozen=True)
+class Exemplar:
+    """One annotated sentence of a lexical unit, before the filters."""
+
+    sent_id: str
+    tokens: list[tuple[str, int, int]]  # form, first and last character
+    targets: list[tuple[int, int]]  # first and last character of each Target label
+    elements: list[tuple[str, tuple[int, int], bool]]  # name, first and last word id, in a core set
 
 
 def _tokens(text: str) -> list[tuple[str, int, int]]:
@@ -49,86 +75,187 @@ def _span(tokens: list[tuple[str, int, int]], start: int, end: int) -> tuple[int
     return (ids[0], ids[-1]) if ids else None
 
 
-def _distance(a: tuple[int, int], b: tuple[int, int]) -> int:
-    return max(0, max(a[0], b[0]) - min(a[1], b[1]))
+def _overt(layer: ET.Element) -> list[ET.Element]:
+    """Labels with a span (null instantiations have none), in the order NLTK sorts them."""
+    labels = [lab for lab in layer.iter(f"{NS}label") if lab.get("start") is not None]
+    return sorted(labels, key=lambda lab: (int(lab.get("start")), int(lab.get("end")), lab.get("name", "")))
 
 
-def _unit(root: ET.Element, source: str) -> Iterator[tuple[str, str, list[tuple[str, int, int]], list[FrameElement]]]:
-    """(sentence id, text, tokens, frame elements) of every annotated sentence of one lexical unit."""
-    frame, lu = root.get("frame", ""), root.get("name", "")
-    core = {fe.get("name") for fe in root.iter(f"{NS}FE") if fe.get("type") == "Core"}
+def _annotation(sentence: ET.Element) -> tuple[ET.Element, ET.Element | None] | None:
+    """The Target layer and first-rank FE layer of the sentence's last annotation set with a labelled target."""
+    found = None
+    for annotation in sentence.iter(f"{NS}annotationSet"):
+        layers = list(annotation.iter(f"{NS}layer"))
+        target = next((la for la in layers if la.get("name") == "Target" and _overt(la)), None)
+        if target is not None:
+            found = target, next((la for la in layers if la.get("name") == "FE" and la.get("rank") == "1"), None)
+    return found
+
+
+def exemplars(root: ET.Element, source: str, core: frozenset[str]) -> Iterator[Exemplar]:
+    """Every sentence of one lexical unit with a labelled target; ``core``: its frame's core set."""
     for sentence in root.iter(f"{NS}sentence"):
-        text = sentence.findtext(f"{NS}text") or ""
-        tokens = _tokens(text)
-        for annotation in sentence.iter(f"{NS}annotationSet"):
-            layers = {(layer.get("name"), layer.get("rank")): layer for layer in annotation.iter(f"{NS}layer")}
-            target_layer, fe_layer = layers.get(("Target", "1")), layers.get(("FE", "1"))
-            if target_layer is None or fe_layer is None:
-                continue
-            targets = [
-                _span(tokens, int(lab.get("start")), int(lab.get("end")))
-                for lab in target_layer.iter(f"{NS}label")
-                if lab.get("start") is not None
-            ]
-            targets = [t for t in targets if t]
-            if not targets:
-                continue
-            target = (min(t[0] for t in targets), max(t[1] for t in targets))
-            elements = []
-            for label in fe_layer.iter(f"{NS}label"):
-                if label.get("start") is None:  # a null instantiation
-                    continue
-                span = _span(tokens, int(label.get("start")), int(label.get("end")))
-                if span is None:
-                    raise AtlasError(f"{source}: sentence {sentence.get('ID')}: element outside the text")
-                elements.append(FrameElement(frame, lu, label.get("name"), label.get("name") in core, target, span))
-            yield sentence.get("ID", ""), text, tokens, elements
-            break  # one annotated set per sentence: the lexical unit's own
+        found = _annotation(sentence)
+        if found is None:
+            continue
+        target_layer, fe_layer = found
+        tokens = _tokens(sentence.findtext(f"{NS}text") or "")
+        elements = []
+        for label in [] if fe_layer is None else _overt(fe_layer):
+            span = _span(tokens, int(label.get("start")), int(label.get("end")))
+            if span is None:
+                raise AtlasError(f"{source}: sentence {sentence.get('ID')}: element outside the text")
+            elements.append((label.get("name", ""), span, label.get("name") in core))
+        targets = [(int(lab.get("start")), int(lab.get("end"))) for lab in _overt(target_layer)]
+        yield Exemplar(sentence.get("ID", ""), tokens, targets, elements)
 
 
-def keep(n_tokens: int, elements: list[FrameElement]) -> bool:
-    """Kovaleva et al.'s filters (see the module docstring)."""
-    cores = [e for e in elements if e.core]
-    return (
-        n_tokens <= MAX_SENTENCE_TOKENS
-        and bool(cores)
-        and all(e.span[1] - e.span[0] + 1 <= MAX_ELEMENT_TOKENS for e in elements)
-        and all(_distance(e.span, e.target) >= MIN_DISTANCE for e in cores)
-    )
+def target_word(ex: Exemplar) -> int | None:
+    """Word id of the target when it is one span covering exactly one whole token."""
+    if len(ex.targets) != 1:
+        return None
+    ids = [i + 1 for i, (_, a, b) in enumerate(ex.tokens) if (a, b) == ex.targets[0]]
+    return ids[0] if ids else None
+
+
+def rejection(ex: Exemplar) -> str | None:
+    """Why the released code's filters drop the sentence (None: kept); see the module docstring."""
+    if len(ex.tokens) > MAX_SENTENCE_TOKENS:
+        return f"more than {MAX_SENTENCE_TOKENS} tokens"
+    if len(ex.targets) > 1:
+        return "target of more than one span"
+    if any(last - first + 1 > MAX_ELEMENT_TOKENS for _, (first, last), _ in ex.elements):
+        return f"an element of more than {MAX_ELEMENT_TOKENS} tokens"
+    target = target_word(ex)
+    if target is None:
+        return "target not one token"
+    if any(first - target < MIN_DISTANCE and target - last < MIN_DISTANCE for _, (first, last), _ in ex.elements):
+        return "an element within 2 tokens of the target"
+    if not any(core for _, _, core in ex.elements):
+        return "no element of the frame's core set"
+    return None
+
+
+def _core_sets(data: bytes, source: str) -> frozenset[str]:
+    root = _parse(data, source)
+    return frozenset(m.get("name", "") for s in root.iter(f"{NS}FEcoreSet") for m in s.iter(f"{NS}memberFE"))
+
+
+def _parse(data: bytes, source: str) -> ET.Element:
+    try:
+        return ET.fromstring(data)
+    except ET.ParseError as exc:
+        raise AtlasError(f"{source}:{exc.position[0]}: not well-formed XML") from None
+    except (LookupError, ValueError) as exc:  # e.g. an unknown encoding in the XML declaration
+        raise AtlasError(f"{source}:1: not readable XML ({exc})") from None
+
+
+class Frames:
+    """Each frame's core set, from ``frame/<frame>.xml`` (read on first use)."""
+
+    def __init__(self, where: str, read: Callable[[str], bytes | None]) -> None:
+        self.where, self._read, self._cache = where, read, {}
+
+    def core(self, frame: str, source: str) -> frozenset[str]:
+        if frame not in self._cache:
+            data = self._read(frame)
+            if data is None:
+                raise AtlasError(f"{source}: frame '{frame}' has no definition (no {self.where}/{frame}.xml)")
+            self._cache[frame] = _core_sets(data, f"{self.where}/{frame}.xml")
+        return self._cache[frame]
+
+
+def _folder_frames(folder: Path, path: Path) -> Frames:
+    if not folder.is_dir():
+        raise AtlasError(
+            f"{path}: no frame definitions at {folder} (the release's frame/ folder, beside lu/, gives the core sets)"
+        )
+
+    def read(frame: str) -> bytes | None:
+        file = folder / f"{frame}.xml"
+        return file.read_bytes() if file.is_file() else None
+
+    return Frames(str(folder), read)
+
+
+def _is_lu(name: str) -> bool:
+    return bool(LU_FILE.fullmatch(PurePosixPath(name).name))
+
+
+def _archive_frames(path: Path) -> Frames:
+    """frame/*.xml inside the archive, else the frame/ folder where the archive unpacks beside its lu/."""
+    inside: dict[str, bytes] = {}
+    release: PurePosixPath | None = None
+    with _open_archive(path) as archive:
+        for member in _read_members(archive, path):
+            name = PurePosixPath(member.name)
+            if member.isfile() and name.parent.name == "frame" and name.suffix == ".xml":
+                handle = archive.extractfile(member)
+                if handle is not None:
+                    inside[name.stem] = handle.read()
+            elif member.isfile() and release is None and _is_lu(member.name):
+                release = name.parent.parent
+    if inside:
+        return Frames(f"{path}:frame", inside.get)
+    return _folder_frames(path.parent / (release or PurePosixPath()) / "frame", path)
+
+
+def _open_archive(path: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(path, "r:gz")
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise AtlasError(f"{path}: not a readable .tar.gz archive ({exc})") from None
+
+
+def _read_members(archive: tarfile.TarFile, path: Path) -> Iterator[tarfile.TarInfo]:
+    try:
+        yield from archive
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise AtlasError(f"{path}: not a readable .tar.gz archive ({exc})") from None
 
 
 def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
-    if not path.exists():
-        raise AtlasError(f"{path}: no such file or folder")
     if path.is_dir():
-        for file in sorted(path.glob("lu*.xml")):
+        for file in sorted(f for f in path.glob("lu*.xml") if _is_lu(f.name)):
             yield str(file), file.read_bytes()
-    elif path.name.endswith((".tar.gz", ".tgz")):
-        try:
-            with tarfile.open(path, "r:gz") as archive:
-                for member in archive:
-                    name = member.name.rsplit("/", 1)[-1]
-                    if member.isfile() and name.startswith("lu") and name.endswith(".xml"):
-                        handle = archive.extractfile(member)
-                        if handle is not None:
-                            yield f"{path}:{member.name}", handle.read()
-        except (tarfile.TarError, EOFError, OSError) as exc:
-            raise AtlasError(f"{path}: not a readable .tar.gz archive ({exc})") from None
+    elif path.name.endswith(ARCHIVES):
+        with _open_archive(path) as archive:
+            for member in _read_members(archive, path):
+                if member.isfile() and _is_lu(member.name):
+                    handle = archive.extractfile(member)
+                    if handle is not None:
+                        yield f"{path}:{member.name}", handle.read()
     else:
         yield str(path), path.read_bytes()
 
 
+def frames_for(path: Path) -> Frames:
+    """Where the core sets of ``path``'s frames are read from (see the module docstring)."""
+    if not path.exists():
+        raise AtlasError(f"{path}: no such file or folder")
+    if path.is_dir():
+        return _folder_frames(path.parent / "frame", path)
+    if path.name.endswith(ARCHIVES):
+        return _archive_frames(path)
+    return _folder_frames(path.parent.parent / "frame", path)
+
+
 def read_framenet(path: Path) -> Iterator[Sentence]:
     """The exemplar sentences that pass the filters, as sentences carrying their frame elements."""
+    frames = frames_for(path)
     index = 0
     for source, data in _documents(path):
-        try:
-            root = ET.fromstring(data)
-        except ET.ParseError as exc:
-            raise AtlasError(f"{source}:{exc.position[0]}: not well-formed XML") from None
-        for sent_id, _, tokens, elements in _unit(root, source):
-            if not keep(len(tokens), elements):
+        root = _parse(data, source)
+        if root.tag != f"{NS}lexUnit":
+            raise AtlasError(f"{source}: not a FrameNet lexical-unit file (no <lexUnit> root)")
+        frame, lu = root.get("frame", ""), root.get("name", "")
+        for ex in exemplars(root, source, frames.core(frame, source)):
+            target = target_word(ex)
+            if rejection(ex) is not None or target is None:
                 continue
-            words = [Word(i + 1, t, None, None, None, None, None, None, None, 0) for i, (t, _, _) in enumerate(tokens)]
-            yield Sentence(index, sent_id, root.get("name"), 0, words, frames=elements)
+            words = [
+                Word(i + 1, t, None, None, None, None, None, None, None, 0) for i, (t, _, _) in enumerate(ex.tokens)
+            ]
+            elements = [FrameElement(frame, lu, name, core, (target, target), span) for name, span, core in ex.elements]
+            yield Sentence(index, ex.sent_id, lu, 0, words, frames=elements)
             index += 1
