@@ -148,8 +148,6 @@ def _parse(data: bytes, source: str) -> ET.Element:
         raise AtlasError(f"{source}:{exc.position[0]}: not well-formed XML") from None
     except (LookupError, ValueError) as exc:  # e.g. an unknown encoding in the XML declaration
         raise AtlasError(f"{source}:1: not readable XML ({exc})") from None
-    except (LookupError, ValueError) as exc:  # e.g. an unknown encoding in the XML declaration
-        raise AtlasError(f"{source}:1: not readable XML ({exc})") from None
 
 
 class Frames:
