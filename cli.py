@@ -362,7 +362,7 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
 
     store = _store(store_path)
     run_id = _chosen_run(store, run_id)
-    with store.writing():  # refused at once while another process writes to the store
+    with store.writing(), store.transaction():  # refused at once while another process writes; atomic results
         compute(store, run_id, examples, clusters, progress=not quiet)
     click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
 
@@ -414,7 +414,9 @@ def probe(
         train_limit=train_limit,
         eval_limit=eval_limit,
     )
-    results = run(_store(store_path), train_run, eval_run, settings, progress=not quiet)
+    store = _store(store_path)
+    with store.writing(), store.transaction():  # the probes and their weights appear together
+        results = run(store, train_run, eval_run, settings, progress=not quiet)
     emit(pl.DataFrame(results), fmt, None)
     click.echo("written; see 'atlas query \"probe results\"'", err=True)
 
@@ -437,11 +439,11 @@ def patterns(run_id: str | None, labels: Path | None, store_path: str | None) ->
     if labels is not None:
         from atlas.pattern_cnn import train_and_classify
 
-        with store.writing():
+        with store.writing(), store.transaction():
             f1, n = train_and_classify(store, run_id, labels)
         click.echo(f"CNN: cross-validated macro F1 {f1:.1f} on the labels; {n:,} maps of {run_id} classed")
         return
-    with store.writing():
+    with store.writing(), store.transaction():
         n = classify(store, run_id)
     rule = ", ".join(f"{k} {v}" for k, v in THRESHOLDS.items())
     click.echo(f"{n:,} maps of {run_id} classed (thresholds: {rule}); see 'atlas query \"pattern shares\"'")
@@ -531,13 +533,13 @@ def _chosen_run(store: Store, run_id: str | None) -> str:
         con.close()
 
 
+for _command in TASK_COMMANDS:
+    cli.add_command(_command)
+
+
 def main() -> None:
     cli(prog_name="atlas")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m cli: every command is registered above
     main()
-
-
-for _command in TASK_COMMANDS:
-    cli.add_command(_command)

@@ -21,12 +21,17 @@ What the store promises:
   nothing, so a read-only store answers every query.
 - One writer: a process that writes holds ``atlas.lock``; another gets a one-line error naming the
   holder's pid. Readers never take the lock.
+- Atomic results: the files an analysis writes (``put``) inside ``transaction()`` are written under
+  pending names, then renamed into place together from a journal (``.journal-*.json``); a process
+  killed before the journal leaves nothing visible (its pending files are removed by the next writer),
+  one killed after it is completed by the next process that opens the store where it may write.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -48,11 +53,13 @@ from atlas.errors import AtlasError
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
+PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place
 SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a file with no rows
 # the store's folder as DuckDB sees it: the directory of the database's default temp_directory
 # ('<database file>.tmp'); '' when DuckDB was started in the store's folder
 ROOT_SQL = "left(current_setting('temp_directory'), -length(parse_filename(current_setting('temp_directory'))))"
 _HELD: dict[Path, int] = {}  # writer locks this process holds: lock file -> open file descriptor
+_PENDING: dict[Path, list[tuple[Path, Path]]] = {}  # open transactions: store root -> (pending, final) files
 
 
 @cache
@@ -75,6 +82,16 @@ def write_parquet(table: pa.Table, path: Path) -> None:
     dictionary = [name for name in table.schema.names if name not in split]
     pq.write_table(table, tmp, compression="zstd", use_dictionary=dictionary, use_byte_stream_split=split or False)
     with tmp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def write_file(path: Path, data: bytes) -> None:
+    """Write bytes atomically: a temporary name, fsync, then rename."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
 
@@ -174,8 +191,7 @@ class Store:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             _HELD[key] = fd
-            for trash in self.root.glob(".trash-*"):  # what a removal killed half-way left behind
-                shutil.rmtree(trash, ignore_errors=True)
+            self._recover()
             try:
                 yield
             finally:
@@ -184,6 +200,45 @@ class Store:
         finally:
             if fd >= 0:
                 os.close(fd)  # releases the lock
+
+    def _recover(self) -> None:
+        """Finish what a killed writer left (holding the lock): complete journalled results, remove pending
+        files no journal names and removals half done."""
+        for journal in sorted(self.root.glob(".journal-*.json")):
+            self._apply(journal)
+        for pending in self.data.glob(f"*/*/.*{PENDING}"):
+            pending.unlink()
+        for trash in self.root.glob(".trash-*"):
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def _apply(self, journal: Path) -> None:
+        for pending, final in json.loads(journal.read_text()):
+            if (self.root / pending).exists():
+                os.replace(self.root / pending, self.root / final)
+        journal.unlink()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Make every ``put`` inside visible together, or none of them (re-entrant: an inner one joins)."""
+        key = self.root.absolute()
+        if key in _PENDING:
+            yield
+            return
+        with self.writing(wait=True):
+            _PENDING[key] = moves = []
+            try:
+                yield
+            except BaseException:
+                for pending, _ in moves:
+                    pending.unlink(missing_ok=True)
+                raise
+            finally:
+                del _PENDING[key]
+            if moves:
+                journal = self.root / f".journal-{uuid.uuid4().hex[:12]}.json"
+                text = json.dumps([[str(p.relative_to(self.root)), str(f.relative_to(self.root))] for p, f in moves])
+                write_file(journal, text.encode())
+                self._apply(journal)
 
     def _write_schema_files(self) -> None:
         for name in table_schemas():
@@ -231,6 +286,12 @@ class Store:
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
         recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'view_state'").fetchone()
+        if any(self.root.glob(".journal-*.json")) and os.access(self.root, os.W_OK):
+            try:
+                with self.writing():  # completes the results a killed writer journalled
+                    pass
+            except StoreBusy:
+                pass  # the writer holding the lock completes them
         if recorded is None or recorded[0] != self._view_state():
             con.close()
             if not os.access(self.db, os.W_OK):
@@ -249,9 +310,13 @@ class Store:
         return con
 
     def put(self, run_id: str, table: str, name: str, columns: dict[str, object], n_rows: int) -> None:
-        """Write one results file of ``table`` for a run (atomically; replacing one of the same name)."""
-        with self.writing(wait=True):
-            write_parquet(to_table(table, columns, n_rows), self.data / run_id / table / f"{name}.parquet")
+        """Write one results file of ``table`` for a run (replacing one of the same name): at once, or with the
+        other files of the open ``transaction()``."""
+        final = self.data / run_id / table / f"{name}.parquet"
+        with self.transaction():
+            pending = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PENDING}")
+            _PENDING[self.root.absolute()].append((pending, final))
+            write_parquet(to_table(table, columns, n_rows), pending)
 
     def remove_if_empty(self) -> None:
         """Undo ``create`` for a store that never received a run."""

@@ -171,10 +171,11 @@ def importance(
     train_set, dev = subset(load_split(spec, data, "train"), train_limit or None, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
     raw, n_train = head_importance(tm, encode(tm, train_set))
-    store = store_at(store_path)
-    write_importance(store, tm, raw, normalise(raw), n_train)
     baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw))
-    run_id = write_ablations(store, tm, "importance", "mask", rows, baseline, len(dev))
+    store = store_at(store_path)
+    with store.transaction():  # the importance scores and the pruning results appear together
+        write_importance(store, tm, raw, normalise(raw), n_train)
+        run_id = write_ablations(store, tm, "importance", "mask", rows, baseline, len(dev))
     main = spec.metrics[0]
     curve = [{"pruned_share": r["pruned_share"], main: r["metrics"][main]} for r in rows if r["kind"] == "pruned"]
     emit(pl.DataFrame(curve), fmt, None)
