@@ -176,7 +176,21 @@ def _targets(lay: Layout, pieces: list[str]) -> dict[str, np.ndarray]:
     }
 
 
-def _process_chunk(lm: LoadedModel, run_id: str, examples: list[Example], settings: Settings, bar: tqdm) -> ChunkRows:
+class _Running:
+    """A chunk's sentences through the model, shown beside the bar; the bar itself counts the sentences
+    written, so it reaches 100 % only when the last chunk is on disk."""
+
+    def __init__(self, bar: tqdm, size: int) -> None:
+        self.bar, self.size, self.n = bar, size, 0
+
+    def update(self, n: int) -> None:
+        self.n += n
+        self.bar.set_postfix_str(f"model {self.n}/{self.size}")
+
+
+def _process_chunk(
+    lm: LoadedModel, run_id: str, examples: list[Example], settings: Settings, bar: _Running
+) -> ChunkRows:
     """Run the model over one chunk (batched by length) and collect its rows in corpus order."""
     rows = ChunkRows(run_id)
     tok = lm.tokenizer
@@ -235,7 +249,8 @@ def _stage_chunks(
             if counts is not None:
                 bar.update(sum(len(e.sentences) for e in block))
             else:
-                rows = _process_chunk(lm, run_id, block, settings, bar)
+                n_sent = sum(len(e.sentences) for e in block)
+                rows = _process_chunk(lm, run_id, block, settings, _Running(bar, n_sent))
                 counts = {
                     "examples": sum(not e.skipped for e in block),
                     "skipped": sum(e.skipped for e in block),
@@ -245,6 +260,7 @@ def _stage_chunks(
                 if pending is not None:
                     pending.result()
                 pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
+                pending.add_done_callback(lambda done, n=n_sent: done.exception() or bar.update(n))
             for key in totals:
                 totals[key] += counts[key]
             chunk += 1
