@@ -27,22 +27,27 @@ import polars as pl  # noqa: E402
 from atlas.catalogue import Entry  # noqa: E402
 from atlas.errors import AtlasError  # noqa: E402
 
+PANELS_PER_ROW = 3
 
-def _grid(heads: pl.DataFrame, column: str) -> np.ndarray:
-    n_layers, n_heads = int(heads["layer"].max()), int(heads["head"].max())
-    grid = np.full((n_layers, n_heads), np.nan)
+
+def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
+    """Layer x head values of ``column`` (1-based layers and heads), over the layers the rows hold (an entry
+    about the last layer draws one row, not empty rows for the others); and those layers."""
+    layers = sorted({int(v) for v in heads["layer"].drop_nulls()})
+    n_heads = int(heads["head"].max())
+    grid = np.full((len(layers), n_heads), np.nan)
     for row in heads.iter_rows(named=True):
-        if row[column] is not None:
-            grid[row["layer"] - 1, row["head"] - 1] = row[column]
-    return grid
+        if row[column] is not None and row["layer"] is not None:
+            grid[layers.index(row["layer"]), row["head"] - 1] = row[column]
+    return grid, layers
 
 
-def _heatmap(ax: plt.Axes, grid: np.ndarray, title: str) -> None:
+def _heatmap(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str) -> None:
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
-    ax.figure.colorbar(image, ax=ax, fraction=0.046)
+    ax.figure.colorbar(image, ax=ax, fraction=0.046).set_label(title, fontsize=7)
     n_layers, n_heads = grid.shape
-    ax.set_xticks(range(n_heads), [str(h + 1) for h in range(n_heads)])
-    ax.set_yticks(range(n_layers), [str(layer + 1) for layer in range(n_layers)])
+    ax.set_xticks(range(n_heads), [str(h + 1) for h in range(n_heads)], fontsize=7)
+    ax.set_yticks(range(n_layers), [str(layer) for layer in layers], fontsize=7)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title)
@@ -54,18 +59,22 @@ def _heatmap(ax: plt.Axes, grid: np.ndarray, title: str) -> None:
                 ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6, color=color)
 
 
-def _layers(ax: plt.Axes, grid: np.ndarray, title: str) -> None:
-    n_layers, n_heads = grid.shape
+def _layers(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None) -> None:
+    """Every head as a point over its layer, the layer mean as a line; ``baseline`` (e.g. the entropy of
+    uniform attention, Clark et al.'s Figure 4) as a dashed line."""
+    n_heads = grid.shape[1]
     rng = np.random.default_rng(0)
-    for layer in range(n_layers):
-        x = layer + 1 + rng.uniform(-0.15, 0.15, n_heads)
-        ax.scatter(x, grid[layer], s=12, alpha=0.6, color="tab:blue")
-    ax.plot(range(1, n_layers + 1), np.nanmean(grid, axis=1), color="tab:red", label="layer mean")
-    ax.set_xticks(range(1, n_layers + 1))
+    for i, layer in enumerate(layers):
+        x = layer + rng.uniform(-0.15, 0.15, n_heads)
+        ax.scatter(x, grid[i], s=12, alpha=0.6, color="tab:blue")
+    ax.plot(layers, np.nanmean(grid, axis=1), color="tab:red", label="layer mean")
+    if baseline is not None:
+        ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label="uniform attention")
+    ax.set_xticks(layers)
     ax.set_xlabel("layer")
-    ax.set_ylabel("avg. attention")
+    ax.set_ylabel("entropy (nats)" if "entropy" in title else "avg. attention")
     ax.set_title(title)
-    ax.legend(loc="upper left", fontsize=7)
+    ax.legend(loc="best", fontsize=7)
 
 
 def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> plt.Figure:
@@ -156,11 +165,20 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -
     if kind in ("mds", "bars", "curve"):
         _save({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title), out)
         return
-    draw = {"heatmap": _heatmap, "layers": _layers}[kind]
-    width = 5.5 if kind == "heatmap" else 3.5
-    fig, axes = plt.subplots(1, len(columns), figsize=(width * len(columns), 4), squeeze=False)
-    for ax, column in zip(axes[0], columns, strict=True):
-        draw(ax, _grid(heads, column), column)
+    # panels in rows of at most PANELS_PER_ROW, so that a figure of many columns stays readable
+    n_cols = min(len(columns), PANELS_PER_ROW)
+    n_rows = -(-len(columns) // n_cols)
+    width, height = (5.0, 4.0) if kind == "heatmap" else (3.5, 3.2)
+    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows + 0.6), squeeze=False)
+    baseline = next((float(df[c][0]) for c in df.columns if c.startswith("uniform") and df[c][0] is not None), None)
+    for ax, column in zip(axes.flat, columns, strict=False):
+        grid, layers = _grid(heads, column)
+        if kind == "heatmap":
+            _heatmap(ax, grid, layers, column)
+        else:
+            _layers(ax, grid, layers, column, baseline)
+    for ax in list(axes.flat)[len(columns) :]:
+        ax.set_visible(False)
     fig.suptitle(title, fontsize=9)
     _save(fig, out)
 

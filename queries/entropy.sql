@@ -11,7 +11,7 @@
 --   uniform attention over the input). The same over every head: a constant of the run.
 -- parameters:
 --   run: run id (default: the latest run)
--- plot: heatmap entropy cls_entropy
+-- plot: layers entropy cls_entropy
 
 WITH per_input AS (
     SELECT r.layer, r.head, r.example_id,
