@@ -1,67 +1,67 @@
 -- name: token to token
 -- aliases: verb subject attention, noun pronoun attention, token-to-token attention, kovaleva section 4.5
 -- paper: Kovaleva et al. 2019, "Revealing the Dark Secrets of BERT", Section 4.5
--- description: Per head, word-level attention (Clark et al.'s conversion: FROM a word = mean over its
---   pieces, TO a word = sum over its pieces) from each verb to its subject (a word with relation
---   nsubj* / csubj* whose head is the verb), averaged over verb-subject pairs; and from each pronoun
---   (UPOS PRON) to the noun of its input it attends to most (UPOS NOUN or PROPN), averaged over
---   pronouns; beside each, the same for the word right before (the previous-token attention the paper
---   found these heads hard to tell apart from). Exact with --dense runs.
+-- description: Per head, token-level attention between syntactically related words (the released
+--   notebook, cells 14-16 and 49-51): subject_to_verb is the largest weight from a piece of a subject to
+--   a piece of its verb (a word with relation nsubj whose head has UPOS VERB, from the stored parse) over
+--   the input's subject-verb pairs, verb_to_subject the same in the other direction; averaged over every
+--   input, an input without a pair counting 0. The notebook pairs the i-th subject piece position with
+--   the i-th verb piece position (a zip of separately collected positions); this entry takes the pairs
+--   of the parse. noun_to_pronoun and pronoun_to_noun are the project's reading of the paper's
+--   noun-pronoun relation (its code is not released): the same over every noun (NN NNS NNP NNPS) and
+--   pronoun (PRP PRP$) of the input. Reads single weights, so it needs a dense run (--dense): a sparse
+--   run is refused (the largest weight over pairs from different rows is not known from kept edges).
 -- parameters:
 --   run: run id (default: the latest run)
--- plot: heatmap verb_to_subject pronoun_to_noun
+-- plot: heatmap subject_to_verb verb_to_subject noun_to_pronoun pronoun_to_noun
 
-WITH w AS (SELECT * FROM words WHERE run_id = $run),
+WITH dense AS (
+    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('run ''' || run_id || ''' is sparse (kept_mass '
+        || kept_mass::VARCHAR || '): token to token reads single attention weights; ingest with --dense')
+    END AS ok
+    FROM runs WHERE run_id = $run
+),
+w AS (SELECT * FROM words WHERE run_id = $run),
 t AS (SELECT example_id, tok_idx, word_idx FROM tokens WHERE run_id = $run AND word_idx IS NOT NULL),
-word_attn AS (  -- word-level weight for every word pair with any kept edge
-    SELECT e.example_id, e.layer, e.head, ts.word_idx AS src_word, td.word_idx AS dst_word,
-           sum(e.weight) / any_value(ws.n_toks) AS weight
-    FROM attn_edges e
-    JOIN t ts ON ts.example_id = e.example_id AND ts.tok_idx = e.src_tok
-    JOIN t td ON td.example_id = e.example_id AND td.tok_idx = e.dst_tok
-    JOIN w ws ON ws.example_id = e.example_id AND ws.word_idx = ts.word_idx
-    WHERE e.run_id = $run
-    GROUP BY e.example_id, e.layer, e.head, ts.word_idx, td.word_idx
-),
-heads AS (SELECT DISTINCT layer, head FROM attn_rows WHERE run_id = $run),
-verb_subject AS (
-    SELECT s.example_id, s.head_word_idx AS src_word, s.word_idx AS dst_word
+subject_verb AS (
+    SELECT s.example_id, s.word_idx AS subject, v.word_idx AS verb
     FROM w s JOIN w v ON v.example_id = s.example_id AND v.word_idx = s.head_word_idx
-    WHERE v.upos = 'VERB' AND split_part(s.deprel, ':', 1) IN ('nsubj', 'nsubjpass', 'csubj', 'csubjpass')
+    WHERE s.deprel = 'nsubj' AND v.upos = 'VERB'
 ),
-pronoun_noun AS (
-    SELECT p.example_id, p.word_idx AS src_word, n.word_idx AS dst_word
-    FROM w p JOIN w n ON n.example_id = p.example_id AND n.upos IN ('NOUN', 'PROPN') AND n.word_idx <> p.word_idx
-    WHERE p.upos = 'PRON'
+noun_pronoun AS (
+    SELECT n.example_id, n.word_idx AS noun, p.word_idx AS pronoun
+    FROM w n JOIN w p ON p.example_id = n.example_id
+    WHERE n.xpos IN ('NN', 'NNS', 'NNP', 'NNPS') AND p.xpos IN ('PRP', 'PRP$')
 ),
-vs AS (
-    SELECT h.layer, h.head,
-           avg(coalesce(a.weight, 0)) AS verb_to_subject,
-           avg(coalesce(prev.weight, 0)) AS verb_to_previous_word,
-           count(*) AS n_verb_subject
-    FROM verb_subject p CROSS JOIN heads h
-    LEFT JOIN word_attn a ON a.example_id = p.example_id AND a.layer = h.layer AND a.head = h.head
-        AND a.src_word = p.src_word AND a.dst_word = p.dst_word
-    LEFT JOIN word_attn prev ON prev.example_id = p.example_id AND prev.layer = h.layer AND prev.head = h.head
-        AND prev.src_word = p.src_word AND prev.dst_word = p.src_word - 1
-    GROUP BY h.layer, h.head
+word_pairs AS (  -- (relation, attending word, attended word)
+    SELECT example_id, 'subject_to_verb' AS relation, subject AS src_word, verb AS dst_word FROM subject_verb
+    UNION ALL SELECT example_id, 'verb_to_subject', verb, subject FROM subject_verb
+    UNION ALL SELECT example_id, 'noun_to_pronoun', noun, pronoun FROM noun_pronoun
+    UNION ALL SELECT example_id, 'pronoun_to_noun', pronoun, noun FROM noun_pronoun
 ),
-pn_best AS (
-    SELECT h.layer, h.head, p.example_id, p.src_word, max(coalesce(a.weight, 0)) AS weight
-    FROM pronoun_noun p CROSS JOIN heads h
-    LEFT JOIN word_attn a ON a.example_id = p.example_id AND a.layer = h.layer AND a.head = h.head
-        AND a.src_word = p.src_word AND a.dst_word = p.dst_word
+tok_pairs AS (
+    SELECT DISTINCT p.example_id, p.relation, ts.tok_idx AS src_tok, td.tok_idx AS dst_tok
+    FROM word_pairs p
+    JOIN t ts ON ts.example_id = p.example_id AND ts.word_idx = p.src_word
+    JOIN t td ON td.example_id = p.example_id AND td.word_idx = p.dst_word
+),
+per_input AS (  -- per input, head and relation: the largest weight over the pairs' pieces
+    SELECT e.layer, e.head, p.relation, p.example_id, max(e.weight) AS score
+    FROM attn_edges e
+    JOIN tok_pairs p ON p.example_id = e.example_id AND p.src_tok = e.src_tok AND p.dst_tok = e.dst_tok
+    WHERE e.run_id = $run AND (SELECT ok FROM dense)
     GROUP BY ALL
 ),
-pn AS (
-    SELECT b.layer, b.head, avg(b.weight) AS pronoun_to_noun, avg(coalesce(prev.weight, 0)) AS pronoun_to_previous_word,
-           count(*) AS n_pronouns
-    FROM pn_best b
-    LEFT JOIN word_attn prev ON prev.example_id = b.example_id AND prev.layer = b.layer AND prev.head = b.head
-        AND prev.src_word = b.src_word AND prev.dst_word = b.src_word - 1
-    GROUP BY b.layer, b.head
-)
-SELECT h.layer + 1 AS layer, h.head + 1 AS head, vs.verb_to_subject, vs.verb_to_previous_word, vs.n_verb_subject,
-       pn.pronoun_to_noun, pn.pronoun_to_previous_word, pn.n_pronouns
-FROM heads h LEFT JOIN vs USING (layer, head) LEFT JOIN pn USING (layer, head)
-ORDER BY layer, head
+heads AS (SELECT DISTINCT layer, head FROM attn_rows WHERE run_id = $run),
+n AS (SELECT count(*) AS n_inputs FROM examples WHERE run_id = $run AND NOT skipped)
+SELECT h.layer + 1 AS layer, h.head + 1 AS head,  -- sums over the inputs with a pair / every input
+       coalesce(sum(p.score) FILTER (WHERE p.relation = 'subject_to_verb'), 0) / any_value(n_inputs) AS subject_to_verb,
+       coalesce(sum(p.score) FILTER (WHERE p.relation = 'verb_to_subject'), 0) / any_value(n_inputs) AS verb_to_subject,
+       coalesce(sum(p.score) FILTER (WHERE p.relation = 'noun_to_pronoun'), 0) / any_value(n_inputs) AS noun_to_pronoun,
+       coalesce(sum(p.score) FILTER (WHERE p.relation = 'pronoun_to_noun'), 0) / any_value(n_inputs) AS pronoun_to_noun,
+       count(p.example_id) FILTER (WHERE p.relation = 'subject_to_verb') AS n_subject_verb_inputs,
+       count(p.example_id) FILTER (WHERE p.relation = 'noun_to_pronoun') AS n_noun_pronoun_inputs,
+       any_value(n_inputs) AS n_inputs
+FROM heads h CROSS JOIN n LEFT JOIN per_input p ON p.layer = h.layer AND p.head = h.head
+GROUP BY h.layer, h.head
+ORDER BY h.layer, h.head

