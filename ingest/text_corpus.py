@@ -14,15 +14,19 @@ An empty file, a line that is not UTF-8 or holds a NUL byte, and a file without 
 one-line errors naming file:line.
 
 Inputs: the paragraphs of an article two by two, without overlap: (1, 2), (3, 4), ...; an article's odd
-last paragraph is left out, section headings do not interrupt the pairing. A pair longer than
+last paragraph is left out, section headings do not interrupt the pairing. (Pairs of paragraphs are the
+paper's text. The released code reads one sentence per line, fills a run of lines up to 125 pieces and
+splits it at a random line into A and B; on one paragraph per line its ``break`` ends an article where a
+paragraph of 125 pieces or more starts a run: 57 inputs from the whole WikiText-2 test split.) A pair longer than
 ``max_length`` pieces is cut as ``truncate_seq_pair`` cuts it: while the two hold more than ``max_length -
 3`` pieces, the longer (the second on a tie) loses its first or its last word, each with probability 1/2.
 The released code drops pieces; here whole words go, so that a word is never split. The words kept are
 recorded in the sentence id: ``LINE`` for a whole paragraph, ``LINE:FIRST-LAST/N`` for words FIRST to LAST
-(1-based) of its N. A pair that would lose every word of one paragraph is left out, as the released code
-leaves it (its ``break``). With ``sample``, N pairs are drawn without replacement by ``random.Random(seed)``
-and kept in the order drawn (the released code shuffles its segments); without, every pair in file order.
-The truncation draws come from the same generator.
+(1-based) of its N. A pair that would lose every word of one paragraph is left out (the released code's
+``break`` leaves it out too, and the rest of its document with it). With ``sample``, N pairs are drawn at
+random without replacement by ``random.Random(seed)`` (the paper's "1,000 random segments"; the released
+code takes the first 1,000 of its file) and kept in the order drawn (the released code shuffles its
+segments); without, every pair in file order. The truncation draws come from the same generator.
 
 Words, POS tags and dependencies come from spaCy (the GLUE reader's annotation) over the whole paragraph,
 before the cut: a kept word whose head was cut off has no head and no relation.
