@@ -9,9 +9,9 @@ from pathlib import Path
 import click
 import duckdb
 import polars as pl
-import pyarrow.parquet as pq
 
-from atlas.catalogue import Entry, entries, resolve, run_entry
+from atlas import api
+from atlas.catalogue import resolve
 from atlas.cli_options import (
     file_format_option,
     format_option,
@@ -24,8 +24,6 @@ from atlas.cli_options import (
 )
 from atlas.errors import AtlasError
 from atlas.output import emit
-from atlas.prerequisites import check as check_prerequisites
-from atlas.store import Store, table_schemas
 from atlas.tasks.commands import TASK_COMMANDS
 
 _store = store_at  # the store named by --store or $ATLAS_STORE
@@ -124,64 +122,39 @@ def ingest(
     store_path: str | None,
 ) -> None:
     """Run a model over a corpus and add the run to the store (resumes if interrupted)."""
-    from ingest.model import load_model
-    from ingest.pipeline import Settings, check_corpus
-    from ingest.pipeline import ingest as run_ingest
+    ctx = click.get_current_context()
 
-    _refuse_misused_options(click.get_current_context(), corpus, fmt)
-    store = _store(store_path)
-    if fmt == "glue":
-        from atlas.tasks.glue import task_spec
+    def given(name: str) -> object:  # an option given on the command line, else None (the API's default)
+        return ctx.params[name] if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE else None
 
-        if pack is not None:
-            raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")
-        pack = "pair" if task and task_spec(task).text_b else "none"
-    if fmt == "framenet" and pack not in (None, "none"):
-        raise AtlasError("--pack: FrameNet sentences are read one per input; leave --pack out")
-    if fmt == "text":
-        if pack not in (None, "pair"):
-            raise AtlasError("--pack: a text file is read as paragraph pairs; leave --pack out")
-        pack = "pair"
-    checked = check_corpus(corpus, fmt, task, sample, sample_seed)  # fail on bad input before loading anything
-    lm = load_model(model, random_init=random_init, seed=seed)
-    settings = Settings(kept_mass=None if dense else kept_mass, max_length=max_length, pack=pack or "none")
-    result = run_ingest(checked, store, lm, settings, progress=not quiet)
+    result = api.ingest(
+        corpus,
+        model,
+        store_path,
+        format=fmt,
+        task=task,
+        random_init=random_init,
+        seed=given("seed"),
+        sample=sample,
+        sample_seed=sample_seed,
+        kept_mass=given("kept_mass"),
+        dense=dense,
+        max_length=max_length,
+        pack=pack,
+        progress=not quiet,
+    )
     if result.already_present:
-        click.echo(f"run {result.run_id} is already in {store.root}; nothing to do")
-    else:
+        click.echo(f"run {result.run_id} is already in {result.store}; nothing to do")
+        return
+    click.echo(
+        f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
+        f"--max-length, {result.n_edges:,} attention edges -> {result.store}"
+    )
+    if result.n_cut is not None:
         click.echo(
-            f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
-            f"--max-length, {result.n_edges:,} attention edges -> {store.root}"
+            f"{result.n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "
+            f"{result.n_left_out} left out (a paragraph would lose every word)"
         )
-        if fmt == "text":
-            cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
-            sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
-            n_cut = store.connect().execute(sql, [result.run_id]).fetchone()[0]
-            left_out = checked.n_sentences // 2 - result.n_examples
-            click.echo(
-                f"{n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "
-                f"{left_out} left out (a paragraph would lose every word)"
-            )
-
-
-def _refuse_misused_options(ctx: click.Context, corpus: Path, fmt: str) -> None:
-    """One line for option combinations that would do something else than asked (or nothing)."""
-
-    def given(name: str) -> bool:
-        return ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE
-
-    if given("seed") and not ctx.params["random_init"]:
-        raise AtlasError("--seed: seeds --random-init's weights; without --random-init the model is the same")
-    if given("kept_mass") and ctx.params["dense"]:
-        raise AtlasError("--kept-mass: --dense keeps every weight; give one of --dense and --kept-mass")
-    if given("task") and fmt != "glue":
-        raise AtlasError("--task: names the GLUE task of a --format glue file; add --format glue or leave --task out")
-    if corpus.is_dir() and fmt != "framenet":
-        raise AtlasError(f"--corpus '{corpus}': is a folder; name the corpus file")
-    if corpus.is_file() and fmt != "framenet":
-        with corpus.open("rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
 
 
 @cli.command()
@@ -190,21 +163,15 @@ def _refuse_misused_options(ctx: click.Context, corpus: Path, fmt: str) -> None:
 @format_option
 def runs(unfinished: bool, store_path: str | None, fmt: str | None) -> None:
     """List the runs in the store, with what tells them apart (weights, seed, max length, kept mass, pack)."""
-    store = _store(store_path)
     if unfinished:
-        staged = store.unfinished_runs()
-        emit(pl.DataFrame({"unfinished_run": staged}, schema={"unfinished_run": pl.Utf8}), fmt, None)
-        if staged:
+        staged = api.Atlas(_store(store_path)).runs(unfinished=True)
+        emit(staged, fmt, None)
+        if not staged.is_empty():
             click.echo("re-run the same 'atlas ingest' to resume one, or 'atlas rm RUN' to discard it", err=True)
         return
-    con = store.connect()
-    rel = con.sql(
-        "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
-        "AS weights, corpus, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') AS kept_mass, n_examples, "
-        "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
-    )
-    emit(rel, fmt, None)
-    for run_id in store.unfinished_runs():
+    st = api.open(store_path)
+    emit(st.runs(), fmt, None)
+    for run_id in st.store.unfinished_runs():
         click.echo(
             f"unfinished (interrupted) ingest: {run_id}; re-run the same 'atlas ingest' to resume, or "
             f"'atlas rm {run_id}' to discard it",
@@ -230,15 +197,7 @@ def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
 @format_option
 def queries(fmt: str | None) -> None:
     """List the analysis catalogue."""
-    df = pl.DataFrame(
-        {
-            "name": [e.name for e in entries()],
-            "aliases": [", ".join(e.aliases) for e in entries()],
-            "paper": [e.paper for e in entries()],
-            "parameters": [", ".join(f"{p.name}={p.default}" for p in e.parameters) for e in entries()],
-        }
-    )
-    emit(df, fmt, None)
+    emit(api.queries(), fmt, None)
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:
@@ -280,56 +239,17 @@ def query(
         entry = resolve(phrase)
         click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
         return
-    entry, df, _ = _run_query(phrase, run_id, params, store_path)
-    emit(df, fmt, out, limit)
+    emit(_answer(phrase, run_id, params, store_path).frame, fmt, out, limit)
 
 
-# parameters holding a run id: of an ingested run (the runs table), or of any run with results (task models)
-_RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
-
-
-def _run_line(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    row = con.execute("SELECT model, corpus FROM runs WHERE run_id = ?", [run_id]).fetchone()
-    if row is not None:
-        return f"{run_id} (model {row[0]}, corpus {row[1]})"
-    row = con.execute("SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = ?", [run_id]).fetchone()
-    return f"{run_id} ({row[0]} model from {row[1]})" if row and row[0] else run_id
-
-
-def _check_run(store: Store, con: duckdb.DuckDBPyConnection, option: str, run_id: str, kind: str = "runs") -> None:
-    """Refuse a run id the store does not hold (instead of an empty answer)."""
-    if kind == "runs":
-        known = con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] > 0
-    else:
-        known = run_id in store.run_ids()
-    if not known:
-        raise AtlasError(f"{option} '{run_id}': no such run in {store.root} (see 'atlas runs')")
-
-
-def _run_query(
-    phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None
-) -> tuple[Entry, pl.DataFrame, str]:
-    """Run an entry; returns it, its answer and the line naming it and the runs that answered (also on stderr)."""
-    entry = resolve(phrase)
-    values = _params(params)
-    store = _store(store_path)
-    con = store.connect()
-    takes = {p.name for p in entry.parameters}
-    if run_id is not None and "run" not in takes:
-        raise AtlasError(f"--run: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})")
-    if "run" in takes:
-        values["run"] = run_id or values.get("run") or store.latest_run(con)
-    for name, value in values.items():
-        if name in _RUN_PARAMS and name in takes and value:
-            _check_run(store, con, "--run" if name == "run" else f"--param {name}", value, _RUN_PARAMS[name])
-    bound = entry.bind(values)
-    notes = check_prerequisites(con, entry.name, bound)
-    used = [f"{name} {_run_line(con, str(bound[name]))}" for name in _RUN_PARAMS if bound.get(name)]
-    title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
-    click.echo(title, err=True)
-    for note in notes:
+def _answer(phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> api.Answer:
+    """Run an entry; its title line (the entry and the runs that answered) and notes go to stderr."""
+    values: dict[str, object] = dict(_params(params))
+    answer = api.open(store_path).answer(phrase, run_id or values.pop("run", None), **values)
+    click.echo(answer.title, err=True)
+    for note in answer.notes:
         click.echo(note, err=True)
-    return entry, run_entry(con, entry, bound), title
+    return answer
 
 
 @cli.command(name="plot")
@@ -342,11 +262,11 @@ def _run_query(
 @store_option
 def plot_command(phrase: str, out: Path, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> None:
     """Draw the paper-style figure of a catalogue entry (PNG, PDF or SVG, by the --out file's suffix)."""
-    from atlas.plot import check_out, plot
+    from atlas.plot import check_out, figure, save
 
     check_out(out)
-    entry, df, title = _run_query(phrase, run_id, params, store_path)
-    plot(entry, df, out, title)
+    answer = _answer(phrase, run_id, params, store_path)
+    save(figure(answer.entry, answer.frame, answer.title), out)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -361,7 +281,7 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
     from atlas.distances import compute
 
     store = _store(store_path)
-    run_id = _chosen_run(store, run_id)
+    run_id = _chosen_run(store_path, run_id)
     with store.writing(), store.transaction():  # refused at once while another process writes; atomic results
         compute(store, run_id, examples, clusters, progress=not quiet)
     click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
@@ -435,7 +355,7 @@ def patterns(run_id: str | None, labels: Path | None, store_path: str | None) ->
     from atlas.patterns import THRESHOLDS, classify
 
     store = _store(store_path)
-    run_id = _chosen_run(store, run_id)
+    run_id = _chosen_run(store_path, run_id)
     if labels is not None:
         from atlas.pattern_cnn import train_and_classify
 
@@ -468,18 +388,9 @@ def sql(
     Layers, heads and token and word positions are 0-based in the store; the catalogue's answers show
     layers and heads 1-based (layer-head), as the papers do. SQL may begin with '--' comments.
     """
-    statement = _sql_text(statement, sql_file)
-    con = _store(store_path).connect(sandboxed=True)
+    relation = api.open(store_path).relation(_sql_text(statement, sql_file))
     try:
-        parsed = con.extract_statements(statement)
-    except duckdb.Error as exc:
-        raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
-    if len(parsed) != 1:
-        raise AtlasError(f"sql: expected one statement, found {len(parsed)}")
-    if parsed[0].type != duckdb.StatementType.SELECT:
-        raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {parsed[0].type.name}")
-    try:
-        emit(con.sql(statement), fmt, out, limit)
+        emit(relation, fmt, out, limit)  # streamed in batches, whatever the result's size
     except duckdb.Error as exc:
         raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
 
@@ -505,32 +416,14 @@ def _sql_text(statement: str | None, sql_file) -> str:
 @store_option
 def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> None:
     """Write every table of the store as one Parquet file per table."""
-    store = _store(store_path)
-    con = store.connect()
-    if run_id is not None:
-        _check_run(store, con, "--run", run_id, "any")
-    out.mkdir(parents=True, exist_ok=True)
-    where, args = ("WHERE run_id = ?", [run_id]) if run_id else ("", [])
-    for name in table_schemas():
-        reader = con.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
-        tmp = out / f".{name}.parquet.tmp"
-        with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
-            for batch in reader:
-                writer.write_batch(batch)
-        tmp.replace(out / f"{name}.{fmt}")
-        click.echo(f"{name}: {pq.ParquetFile(out / f'{name}.{fmt}').metadata.num_rows:,} rows", err=True)
+    for name, n_rows in api.open(store_path).export(out, run_id).items():
+        click.echo(f"{name}: {n_rows:,} rows", err=True)
 
 
-def _chosen_run(store: Store, run_id: str | None) -> str:
+def _chosen_run(store_path: str | None, run_id: str | None) -> str:
     """--run if the store holds it, else the latest run."""
-    con = store.connect()
-    try:
-        if run_id is None:
-            return store.latest_run(con)
-        _check_run(store, con, "--run", run_id)
-        return run_id
-    finally:
-        con.close()
+    with api.open(store_path) as st:
+        return st.run_id(run_id)
 
 
 for _command in TASK_COMMANDS:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
+from atlas.api import store_path
 from atlas.output import FORMATS, TABLE_ROWS
 from atlas.store import Store
 
@@ -14,7 +14,7 @@ STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
 
 
 def store_at(path: str | None) -> Store:
-    return Store(Path(path or os.environ.get("ATLAS_STORE") or "atlas-store"))
+    return Store(store_path(path))
 
 
 def single_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:

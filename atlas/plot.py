@@ -17,15 +17,13 @@ import os
 import textwrap
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import polars as pl
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-
-from atlas.catalogue import Entry  # noqa: E402
-from atlas.errors import AtlasError  # noqa: E402
+from atlas.catalogue import Entry
+from atlas.errors import AtlasError
 
 PANELS_PER_ROW = 3
 
@@ -42,7 +40,7 @@ def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
     return grid, layers
 
 
-def _heatmap(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str) -> None:
+def _heatmap(ax: Axes, grid: np.ndarray, layers: list[int], title: str) -> None:
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
     ax.figure.colorbar(image, ax=ax, fraction=0.046).set_label(title, fontsize=7)
     n_layers, n_heads = grid.shape
@@ -59,7 +57,7 @@ def _heatmap(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str) -> N
                 ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6, color=color)
 
 
-def _layers(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None) -> None:
+def _layers(ax: Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None) -> None:
     """Every head as a point over its layer, the layer mean as a line; ``baseline`` (e.g. the entropy of
     uniform attention, Clark et al.'s Figure 4) as a dashed line."""
     n_heads = grid.shape[1]
@@ -77,8 +75,14 @@ def _layers(ax: plt.Axes, grid: np.ndarray, layers: list[int], title: str, basel
     ax.legend(loc="best", fontsize=7)
 
 
-def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> plt.Figure:
-    fig, ax = plt.subplots(figsize=(7, 6))
+def _axes(size: tuple[float, float]) -> tuple[Figure, Axes]:
+    """A figure of one panel (a Figure of its own, not pyplot's: no backend is chosen, none is left open)."""
+    fig = Figure(figsize=size)
+    return fig, fig.subplots()
+
+
+def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> Figure:
+    fig, ax = _axes((7, 6))
     groups = heads[cluster].to_numpy()
     points = ax.scatter(heads[x], heads[y], c=groups, cmap="tab10", s=40)
     for row in heads.iter_rows(named=True):
@@ -92,9 +96,9 @@ def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> plt.F
     return fig
 
 
-def _bars(df: pl.DataFrame, x: str, y: str, baseline: str, title: str) -> plt.Figure:
+def _bars(df: pl.DataFrame, x: str, y: str, baseline: str, title: str) -> Figure:
     """One bar per ``x`` (e.g. a disabled layer) with the baseline as a line (Kovaleva et al. Figure 9)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _axes((6, 4))
     ax.bar(df[x].cast(pl.Utf8), df[y], color="tab:blue")
     ax.axhline(df[baseline][0], color="tab:orange", label="baseline")
     low = min(df[y].min(), df[baseline][0])
@@ -107,9 +111,9 @@ def _bars(df: pl.DataFrame, x: str, y: str, baseline: str, title: str) -> plt.Fi
     return fig
 
 
-def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> plt.Figure:
+def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> Figure:
     """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _axes((6, 4))
     points = df.filter(pl.col(x).is_not_null()).sort(x)
     for (name,), part in points.group_by(group, maintain_order=True):
         ax.plot(part[x] * 100 if x.endswith("share") else part[x], part[y], marker="o", markersize=3, label=name)
@@ -120,10 +124,10 @@ def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> plt.Figu
     return fig
 
 
-def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> plt.Figure:
+def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> Figure:
     """One bar per ``x`` value, stacked by ``columns`` (rows with a layer are left out; Kovaleva Figure 2)."""
     rows = df.filter(pl.col("layer").is_null()) if "layer" in df.columns else df
-    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(rows)), 4))
+    fig, ax = _axes((max(5, 1.2 * len(rows)), 4))
     bottom = np.zeros(len(rows))
     labels = [str(v) for v in rows[x]]
     for column in columns:
@@ -152,6 +156,11 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -
     """Draw ``entry``'s figure of ``df`` into ``out``; ``source`` (the entry and the runs that answered) is
     its title."""
     check_out(out)
+    save(figure(entry, df, source), out)
+
+
+def figure(entry: Entry, df: pl.DataFrame, source: str | None = None) -> Figure:
+    """``entry``'s figure of ``df``, titled ``source`` (the entry and the runs that answered)."""
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
     kind, *columns = entry.plot
@@ -160,16 +169,15 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -
         raise AtlasError(f"'{entry.name}': no rows to plot")
     title = "\n".join(textwrap.wrap(source or f"{entry.name} ({entry.paper})", 90))
     if kind == "stacked":
-        _save(_stacked(df, *columns, title=title), out)
-        return
+        return _tight(_stacked(df, *columns, title=title))
     if kind in ("mds", "bars", "curve"):
-        _save({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title), out)
-        return
+        return _tight({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title))
     # panels in rows of at most PANELS_PER_ROW, so that a figure of many columns stays readable
     n_cols = min(len(columns), PANELS_PER_ROW)
     n_rows = -(-len(columns) // n_cols)
     width, height = (5.0, 4.0) if kind == "heatmap" else (3.5, 3.2)
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(width * n_cols, height * n_rows + 0.6), squeeze=False)
+    fig = Figure(figsize=(width * n_cols, height * n_rows + 0.6))
+    axes = fig.subplots(n_rows, n_cols, squeeze=False)
     baseline = next((float(df[c][0]) for c in df.columns if c.startswith("uniform") and df[c][0] is not None), None)
     for ax, column in zip(axes.flat, columns, strict=False):
         grid, layers = _grid(heads, column)
@@ -180,15 +188,19 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -
     for ax in list(axes.flat)[len(columns) :]:
         ax.set_visible(False)
     fig.suptitle(title, fontsize=9)
-    _save(fig, out)
+    return _tight(fig)
 
 
-def _save(fig: plt.Figure, out: Path) -> None:
+def _tight(fig: Figure) -> Figure:
     fig.tight_layout()
+    return fig
+
+
+def save(fig: Figure, out: Path, dpi: int = 150) -> None:
+    """Write a figure atomically, in the format the file's suffix names."""
     tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
     try:
-        fig.savefig(tmp, dpi=150, format=out.suffix.lower()[1:])
+        fig.savefig(tmp, dpi=dpi, format=out.suffix.lower()[1:])
         os.replace(tmp, out)
     finally:
-        plt.close(fig)
         tmp.unlink(missing_ok=True)

@@ -1,0 +1,396 @@
+"""The atlas as a library: every operation of the command line, returning Polars frames.
+
+::
+
+    import atlas
+    st = atlas.open("atlas-store")                       # the store the CLI writes
+    st.runs()                                            # polars.DataFrame
+    st.query("best head per dependency relation", min_count=50)
+    st.sql("SELECT layer, head, avg(entropy) FROM attn_rows GROUP BY ALL")
+    st.table("attn_edges")                               # polars.LazyFrame over the Parquet files
+    weights, tokens = st.attention(example=12, layer=3, head=9)
+    st.plot("special tokens")                            # matplotlib Figure
+    atlas.ingest("corpus.conllu", store="atlas-store")
+
+``cli.py`` parses arguments, calls these and prints; there is one implementation of each operation.
+User errors are raised as one-line ``AtlasError``s (the CLI prints the line and exits 1). Layers and
+heads are 1-based wherever a catalogue answer shows them (``query``, ``plot``, ``attention``) and
+0-based in the store's tables (``sql``, ``table``), as in the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+import duckdb
+import numpy as np
+import polars as pl
+import pyarrow.parquet as pq
+
+from atlas.catalogue import Entry, entries, resolve, run_entry
+from atlas.errors import AtlasError
+from atlas.maps import read_maps
+from atlas.prerequisites import check as check_prerequisites
+from atlas.store import Store, table_schemas
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+# catalogue parameters holding a run id: of an ingested run (the runs table), or of any run with results
+RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
+FORMATS = ("conllu", "glue", "framenet", "text")
+
+
+class AtlasNote(UserWarning):
+    """Said beside an answer that is computed but differs from the paper's setting (the CLI prints it on
+    stderr)."""
+
+
+def store_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The store folder: ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store)."""
+    return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
+
+
+def open(path: str | os.PathLike[str] | None = None) -> Atlas:
+    """Open a store for reading (``path``, else $ATLAS_STORE, else ./atlas-store); fails when there is none."""
+    st = Atlas(Store(store_path(path)))
+    st.connection  # noqa: B018 (opening checks the store and updates views written by another version)
+    return st
+
+
+def queries() -> pl.DataFrame:
+    """The analysis catalogue: name, aliases, paper and parameters (with defaults) of every entry."""
+    return pl.DataFrame(
+        {
+            "name": [e.name for e in entries()],
+            "aliases": [", ".join(e.aliases) for e in entries()],
+            "paper": [e.paper for e in entries()],
+            "parameters": [", ".join(f"{p.name}={p.default}" for p in e.parameters) for e in entries()],
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A catalogue entry's answer, with the line naming the entry and the runs that answered."""
+
+    entry: Entry
+    frame: pl.DataFrame
+    title: str
+    notes: tuple[str, ...]  # 'note: ...' lines: computed, but not in the paper's setting
+
+
+class AttentionMap(NamedTuple):
+    weights: np.ndarray  # float32 (n, n): weights[src, dst], the attention token src pays to token dst
+    tokens: list[str]  # the n word pieces, [CLS] and [SEP] included
+
+
+def _parameter_text(value: object) -> str:
+    """A Python value as the CLI's --param NAME=VALUE would give it (True -> 'true', None -> '')."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+class Atlas:
+    """A store opened for reading (see ``open``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._sandbox: duckdb.DuckDBPyConnection | None = None
+
+    def __repr__(self) -> str:
+        return f"atlas.open({str(self.store.root)!r})"
+
+    def __enter__(self) -> Atlas:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for con in (self._con, self._sandbox):
+            if con is not None:
+                con.close()
+        self._con = self._sandbox = None
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        """A read-only DuckDB connection to the store's views."""
+        if self._con is None:
+            self._con = self.store.connect()
+        return self._con
+
+    # runs
+
+    def runs(self, unfinished: bool = False) -> pl.DataFrame:
+        """The runs, with what tells them apart (weights, seed, max length, kept mass, pack); ``unfinished``:
+        the interrupted ingests instead (re-run the same ingest to resume one)."""
+        if unfinished:
+            return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
+        return self.connection.sql(
+            "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
+            "AS weights, corpus, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') AS kept_mass, n_examples, "
+            "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
+        ).pl()
+
+    def latest_run(self) -> str:
+        return self.store.latest_run(self.connection)
+
+    def run_id(self, run: str | None = None, option: str = "--run", kind: str = "runs") -> str:
+        """``run`` if the store holds it (kind 'runs': an ingested run; 'any': also a task model's results),
+        else the latest ingested run when ``run`` is None."""
+        if run is None:
+            return self.latest_run()
+        if kind == "runs":
+            known = self.connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run]).fetchone()[0] > 0
+        else:
+            known = run in self.store.run_ids()
+        if not known:
+            raise AtlasError(f"{option} '{run}': no such run in {self.store.root} (see 'atlas runs')")
+        return run
+
+    def _run_line(self, run_id: str) -> str:
+        con = self.connection
+        row = con.execute("SELECT model, corpus FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is not None:
+            return f"{run_id} (model {row[0]}, corpus {row[1]})"
+        row = con.execute("SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = ?", [run_id])
+        task = row.fetchone()
+        return f"{run_id} ({task[0]} model from {task[1]})" if task and task[0] else run_id
+
+    # the catalogue
+
+    def queries(self) -> pl.DataFrame:
+        """The analysis catalogue (as ``atlas.queries()``)."""
+        return queries()
+
+    def answer(self, name: str, /, run: str | None = None, **params: object) -> Answer:
+        """Run the catalogue entry named by ``name`` (a name, an alias or close words) with its title and notes.
+        ``run``: the run it answers for (default: the latest run), for entries that take one; ``params``:
+        the entry's other parameters (see ``queries()``)."""
+        entry = resolve(name)
+        values = {key: _parameter_text(value) for key, value in params.items()}
+        takes = {p.name for p in entry.parameters}
+        if run is not None and "run" not in takes:
+            raise AtlasError(f"--run: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})")
+        if "run" in takes:
+            values["run"] = run or values.get("run") or self.latest_run()
+        for key, value in values.items():
+            if key in RUN_PARAMS and key in takes and value:
+                self.run_id(value, "--run" if key == "run" else f"--param {key}", RUN_PARAMS[key])
+        bound = entry.bind(values)
+        notes = check_prerequisites(self.connection, entry.name, bound)
+        used = [f"{key} {self._run_line(str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
+        title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
+        return Answer(entry, run_entry(self.connection, entry, bound), title, tuple(notes))
+
+    def query(self, name: str, /, run: str | None = None, **params: object) -> pl.DataFrame:
+        """A catalogue entry's answer (see ``answer``); its notes are issued as ``AtlasNote`` warnings."""
+        answer = self.answer(name, run, **params)
+        _warn(answer.notes)
+        return answer.frame
+
+    def plot(self, name: str, /, run: str | None = None, **params: object) -> Figure:
+        """The entry's paper-style figure, titled with the entry and the runs that answered (``atlas plot``
+        saves this figure)."""
+        from atlas.plot import figure
+
+        answer = self.answer(name, run, **params)
+        _warn(answer.notes)
+        return figure(answer.entry, answer.frame, answer.title)
+
+    # SQL and tables
+
+    def relation(self, text: str) -> duckdb.DuckDBPyRelation:
+        """One read-only SELECT statement over the store's tables, as a DuckDB relation (not yet run)."""
+        if self._sandbox is None:
+            self._sandbox = self.store.connect(sandboxed=True)
+        con = self._sandbox
+        try:
+            parsed = con.extract_statements(text)
+        except duckdb.Error as exc:
+            raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
+        if len(parsed) != 1:
+            raise AtlasError(f"sql: expected one statement, found {len(parsed)}")
+        if parsed[0].type != duckdb.StatementType.SELECT:
+            raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {parsed[0].type.name}")
+        try:
+            return con.sql(text)
+        except duckdb.Error as exc:
+            raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
+
+    def sql(self, text: str) -> pl.DataFrame:
+        """Run one read-only SELECT statement over the store's tables (see schema.sql; 0-based layers and heads)."""
+        try:
+            return self.relation(text).pl()
+        except duckdb.Error as exc:
+            raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
+
+    def table(self, name: str) -> pl.LazyFrame:
+        """A table of the store as a Polars LazyFrame over its Parquet files (nothing is read until collected);
+        the runs published after this call are not in it."""
+        schemas = table_schemas()
+        if name not in schemas:
+            raise AtlasError(f"table '{name}': no such table (tables: {', '.join(schemas)})")
+        files = sorted(self.store.data.glob(f"*/{name}/*.parquet"))  # the .schema file gives every column
+        return pl.scan_parquet(
+            files,
+            schema=pl.from_arrow(schemas[name].empty_table()).schema,
+            missing_columns="insert",  # files written before a column was added to schema.sql
+            extra_columns="ignore",
+            cast_options=pl.ScanCastOptions(categorical_to_string="allow"),  # run ids are dictionary-encoded
+        )
+
+    def attention(self, *, example: int, layer: int, head: int, run: str | None = None) -> AttentionMap:
+        """An input's attention map in one head (``layer`` and ``head`` 1-based, as the catalogue shows them;
+        ``example`` is ``examples.example_id``) and its tokens.
+
+        The map is built from the run's stored edges: exact on a dense run (``--dense``); on a sparse run each
+        row holds its largest weights up to the run's kept mass (float16) and zeros where edges were dropped.
+        """
+        run_id = self.run_id(run)
+        con = self.connection
+        n_layers, n_heads = con.execute("SELECT n_layers, n_heads FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if not 1 <= layer <= n_layers:
+            raise AtlasError(f"layer {layer}: run {run_id} has layers 1 to {n_layers}")
+        if not 1 <= head <= n_heads:
+            raise AtlasError(f"head {head}: run {run_id} has heads 1 to {n_heads}")
+        maps = read_maps(con, run_id, [example])
+        if example not in maps:
+            sql = "SELECT skipped FROM examples WHERE run_id = ? AND example_id = ?"
+            if con.execute(sql, [run_id, example]).fetchone() is None:
+                last = con.execute("SELECT max(example_id) FROM examples WHERE run_id = ?", [run_id]).fetchone()[0]
+                raise AtlasError(f"example {example}: run {run_id} has examples 0 to {last}")
+            raise AtlasError(f"example {example} of run {run_id} was skipped (longer than the run's max length)")
+        found = maps[example]
+        return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)
+
+    def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
+        """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table."""
+        out = Path(out)
+        where, args = ("", [])
+        if run is not None:
+            where, args = "WHERE run_id = ?", [self.run_id(run, kind="any")]
+        out.mkdir(parents=True, exist_ok=True)
+        written = {}
+        for name in table_schemas():
+            reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
+            tmp = out / f".{name}.parquet.tmp"
+            with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
+                for batch in reader:
+                    writer.write_batch(batch)
+            tmp.replace(out / f"{name}.parquet")
+            written[name] = pq.ParquetFile(out / f"{name}.parquet").metadata.num_rows
+        return written
+
+
+def _warn(notes: tuple[str, ...]) -> None:
+    for note in notes:
+        warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=3)
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """What ``ingest`` did."""
+
+    run_id: str
+    store: Path
+    already_present: bool  # the same corpus, model and settings were in the store: nothing was done
+    n_examples: int  # inputs run through the model
+    n_skipped: int  # sentences longer than max_length, left out
+    n_edges: int  # attention edges written
+    n_cut: int | None = None  # text: pairs cut to max_length (the kept words in examples.sent_ids)
+    n_left_out: int | None = None  # text: pairs left out (a paragraph would lose every word)
+
+
+def ingest(
+    corpus: str | os.PathLike[str],
+    model: str | None = None,
+    store: str | os.PathLike[str] | None = None,
+    *,
+    format: str = "conllu",  # the CLI's --format
+    task: str | None = None,
+    random_init: bool = False,
+    seed: int | None = None,
+    sample: int | None = None,
+    sample_seed: int = 0,
+    kept_mass: float | None = None,
+    dense: bool = False,
+    max_length: int | None = None,
+    pack: str | None = None,
+    progress: bool = True,
+) -> Ingested:
+    """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
+    with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) or
+    ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. The whole
+    corpus is checked before the model is loaded; an interrupted ingest resumes when run again."""
+    from ingest.model import load_model
+    from ingest.pipeline import Settings, check_corpus
+    from ingest.pipeline import ingest as run_ingest
+
+    corpus = Path(corpus)
+    pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
+    checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
+    lm = load_model(model, random_init=random_init, seed=seed or 0)
+    kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
+    target = Store(store_path(store))
+    result = run_ingest(checked, target, lm, Settings(kept, max_length, pack), progress=progress)
+    done = Ingested(
+        result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
+    )
+    if format != "text" or result.already_present:
+        return done
+    cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
+    with Atlas(target) as st:
+        sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
+        n_cut = st.connection.execute(sql, [result.run_id]).fetchone()[0]
+    return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
+
+
+def _check_ingest_options(
+    corpus: Path,
+    fmt: str,
+    task: str | None,
+    random_init: bool,
+    seed: int | None,
+    kept_mass: float | None,
+    dense: bool,
+    pack: str | None,
+) -> str:
+    """One line for option combinations that would do something else than asked (or nothing); returns the
+    packing the corpus is read with."""
+    if fmt not in FORMATS:
+        raise AtlasError(f"--format '{fmt}': expected one of {', '.join(FORMATS)}")
+    if seed is not None and not random_init:
+        raise AtlasError("--seed: seeds --random-init's weights; without --random-init the model is the same")
+    if kept_mass is not None and dense:
+        raise AtlasError("--kept-mass: --dense keeps every weight; give one of --dense and --kept-mass")
+    if task is not None and fmt != "glue":
+        raise AtlasError("--task: names the GLUE task of a --format glue file; add --format glue or leave --task out")
+    if corpus.is_dir() and fmt != "framenet":
+        raise AtlasError(f"--corpus '{corpus}': is a folder; name the corpus file")
+    if corpus.is_file() and fmt != "framenet":
+        with corpus.open("rb") as handle:
+            if handle.read(2) == b"\x1f\x8b":
+                raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
+    if fmt == "glue":
+        from atlas.tasks.glue import task_spec
+
+        if pack is not None:
+            raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")
+        return "pair" if task and task_spec(task).text_b else "none"
+    if fmt == "framenet" and pack not in (None, "none"):
+        raise AtlasError("--pack: FrameNet sentences are read one per input; leave --pack out")
+    if fmt == "text":
+        if pack not in (None, "pair"):
+            raise AtlasError("--pack: a text file is read as paragraph pairs; leave --pack out")
+        return "pair"
+    return pack or "none"
