@@ -420,6 +420,35 @@ def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> N
         click.echo(f"{name}: {n_rows:,} rows", err=True)
 
 
+@cli.command()
+@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Report file (.html).")
+@run_option
+@click.option(
+    "--examples", default=20, show_default=True, type=click.IntRange(min=0), help="Inputs in the attention explorer."
+)
+@click.option(
+    "--compare",
+    "compare_id",
+    multiple=True,
+    callback=single_value,
+    help="A second run shown side by side (e.g. a fine-tuned model over the same corpus).",
+)
+@store_option
+def report(out: Path, run_id: str | None, examples: int, compare_id: str | None, store_path: str | None) -> None:
+    """Write one self-contained HTML page about a run: its metadata, every catalogue entry that has an answer
+    for it (tables and figures), and an attention explorer over its first inputs. Nothing in it is loaded
+    from the network: open it in any browser, offline, or mail it."""
+    from atlas.report import check_out
+
+    check_out(out)
+    written = api.open(store_path).report(out, run_id, examples, compare_id)
+    click.echo(
+        f"wrote {written.path} ({written.size / 1e6:.1f} MB): {written.n_entries} catalogue entries, "
+        f"{written.n_skipped} left out (reasons in the page), {written.n_examples} inputs in the explorer",
+        err=True,
+    )
+
+
 def _chosen_run(store_path: str | None, run_id: str | None) -> str:
     """--run if the store holds it, else the latest run."""
     with api.open(store_path) as st:

@@ -40,6 +40,8 @@ from atlas.store import Store, table_schemas
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from atlas.report import Report
+
 # catalogue parameters holding a run id: of an ingested run (the runs table), or of any run with results
 RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 FORMATS = ("conllu", "glue", "framenet", "text")
@@ -272,6 +274,16 @@ class Atlas:
             raise AtlasError(f"example {example} of run {run_id} was skipped (longer than the run's max length)")
         found = maps[example]
         return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)
+
+    def report(
+        self, out: str | os.PathLike[str], run: str | None = None, examples: int = 20, compare: str | None = None
+    ) -> Report:
+        """Write the self-contained HTML report of ``run`` (default: the latest run) to ``out``: the run's
+        metadata, every catalogue entry with an answer for it (table and figure), and an attention explorer
+        over its first ``examples`` inputs; ``compare``: a second run shown side by side."""
+        from atlas.report import write_report
+
+        return write_report(self, out, run, examples, compare)
 
     def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
         """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table."""
