@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from atlas.catalogue import Entry, entries, resolve, run_entry
 from atlas.errors import AtlasError
+from atlas.macros import macro_call
 from atlas.maps import read_maps
 from atlas.prerequisites import check as check_prerequisites
 from atlas.store import Store, table_schemas
@@ -65,13 +66,15 @@ def open(path: str | os.PathLike[str] | None = None) -> Atlas:
 
 
 def queries() -> pl.DataFrame:
-    """The analysis catalogue: name, aliases, paper and parameters (with defaults) of every entry."""
+    """The analysis catalogue: name, aliases, paper, parameters (with defaults) and DuckDB table macro call of every
+    entry."""
     return pl.DataFrame(
         {
             "name": [e.name for e in entries()],
             "aliases": [", ".join(e.aliases) for e in entries()],
             "paper": [e.paper for e in entries()],
             "parameters": [", ".join(f"{p.name}={p.default}" for p in e.parameters) for e in entries()],
+            "macro": [macro_call(e) for e in entries()],  # the same in the DuckDB shell: duckdb STORE/atlas.duckdb
         }
     )
 

@@ -2,7 +2,8 @@
 
 Layout::
 
-    STORE/atlas.duckdb                        views over the Parquet files (no absolute path in them)
+    STORE/atlas.duckdb                        views over the Parquet files (no absolute path in them) and
+                                              the catalogue's table macros (atlas/macros.py)
     STORE/data/<run_id>/<table>/*.parquet     the source of truth, one folder per published run
     STORE/data/.schema/<table>/empty.parquet  a file with no rows and the declared columns of each table
     STORE/.staging/<run_id>/...               a run being written; invisible to the views
@@ -49,6 +50,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas.errors import AtlasError
+from atlas.macros import macros_state, write_macros
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
@@ -259,6 +261,7 @@ class Store:
                 "union_by_name = true, hive_partitioning = false)"
             )
         con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('view_state', ?)", [self._view_state()])
+        write_macros(con)
 
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         try:
@@ -278,9 +281,23 @@ class Store:
             finally:
                 con.close()
 
+    def _refresh_macros(self) -> None:
+        """Rewrite the catalogue's macros where the store can be written now; else they wait for a writer."""
+        if not os.access(self.db, os.W_OK):
+            return
+        try:
+            with self.writing():
+                con = self._open(read_only=False)
+                try:
+                    write_macros(con)
+                finally:
+                    con.close()
+        except StoreBusy:
+            pass
+
     def connect(self, sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
-        """A read-only connection. Writes nothing, unless the views predate the current schema.sql (then they
-        are rewritten first). ``sandboxed``: for user SQL, no extension installs and no file access outside
+        """A read-only connection. Writes nothing, unless the views predate the current schema.sql or the macros
+        the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no extension installs and no file access outside
         the store's data folder (for the rest of the process)."""
         if not self.exists():
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
@@ -292,6 +309,11 @@ class Store:
                     pass
             except StoreBusy:
                 pass  # the writer holding the lock completes them
+        macros = con.execute("SELECT value FROM atlas_meta WHERE key = 'macros_state'").fetchone()
+        if recorded is not None and recorded[0] == self._view_state() and macros != (macros_state(),):
+            con.close()
+            self._refresh_macros()  # the catalogue changed: atlas reads queries/*.sql itself, the shell the macros
+            con = self._open(read_only=True)
         if recorded is None or recorded[0] != self._view_state():
             con.close()
             if not os.access(self.db, os.W_OK):

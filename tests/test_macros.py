@@ -1,0 +1,117 @@
+"""The catalogue as DuckDB table macros: every entry answers through its macro in the real DuckDB CLI with the
+rows of ``atlas query``, defaults included; sparse runs are refused as in atlas; the macros hold no path, so a
+copied store answers the same."""
+
+from __future__ import annotations
+
+import io
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import atlas
+from atlas.catalogue import entries
+from atlas.errors import AtlasError
+from atlas.macros import macro_call, macro_name
+from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
+
+DUCKDB = Path(sys.executable).parent / "duckdb"  # the duckdb-cli package: the library's version
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, model) -> tuple[Path, str, str]:
+    """A store with a sparse run, then a dense one (the latest) over the same 12 sentences."""
+    root = tmp_path_factory.mktemp("macros") / "store"
+    corpus = cut_conllu(EWT_SAMPLE, 12, tmp_path_factory.mktemp("corpus") / "ewt12.conllu")
+    _, sparse = make_store(root, corpus, model)
+    _, dense = make_store(root, corpus, model, kept_mass=None)
+    return root, sparse, dense
+
+
+def shell(db: Path, sql: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(DUCKDB), str(db), "-readonly", "-csv", "-c", sql], capture_output=True, text=True, cwd=cwd
+    )
+
+
+def assert_same(frame: pl.DataFrame, csv: str) -> None:
+    """The shell's CSV holds the rows of the atlas answer (floats to 1e-12, NaN and NULL as DuckDB prints them)."""
+    got = pl.read_csv(io.StringIO(csv), infer_schema=False) if csv.strip() else pl.DataFrame()
+    assert got.columns == frame.columns
+    assert len(got) == len(frame)
+    for name in frame.columns:
+        for want, text in zip(frame[name].to_list(), got[name].to_list(), strict=True):
+            if want is None:
+                assert text == "NULL", name
+            elif isinstance(want, float):
+                assert math.isnan(want) and text.lower() == "nan" or float(text) == pytest.approx(want, rel=1e-12), name
+            elif isinstance(want, bool):
+                assert text == str(want).lower(), name
+            else:
+                assert text == str(want), name
+
+
+@pytest.mark.filterwarnings("ignore::atlas.api.AtlasNote")
+def test_every_entry_answers_through_its_macro_in_the_duckdb_cli(store, tmp_path):
+    root, sparse, dense = store
+    answered = 0
+    with atlas.open(root) as st:
+        for entry in entries():
+            takes = {p.name for p in entry.parameters}
+            calls: list[tuple[dict[str, object], str]] = [({}, "")]  # the defaults: the latest run
+            if "run" in takes:
+                calls += [({"run": run}, f"run := '{run}'") for run in (sparse, dense)]
+            if "min_count" in takes:
+                calls.append(({"min_count": 3}, "min_count := 3"))
+            if {"base", "tuned"} <= takes:
+                calls = [({"base": dense, "tuned": dense}, f"base := '{dense}', tuned := '{dense}'")]
+            for params, args in calls:
+                result = shell(root / "atlas.duckdb", f"FROM {macro_name(entry)}({args})", tmp_path)
+                try:
+                    frame = st.query(entry.name, **params)
+                except AtlasError as exc:  # refused in atlas (sparse run, a step not run yet): refused or empty
+                    assert result.returncode != 0 or result.stdout.count("\n") <= 1, (entry.name, str(exc))
+                    continue
+                assert result.returncode == 0, (entry.name, args, result.stderr)
+                assert_same(frame, result.stdout)
+                answered += len(frame) > 0
+    assert answered >= 12  # the entries over a run's attention answer on this store
+
+
+def test_sparse_runs_are_refused_through_the_macro_as_in_atlas(store, tmp_path):
+    root, sparse, _ = store
+    result = shell(root / "atlas.duckdb", f"FROM cls_attention_by_feature(run := '{sparse}')", tmp_path)
+    assert result.returncode != 0 and f"run '{sparse}' is sparse" in result.stderr
+    result = shell(root / "atlas.duckdb", "FROM fine_tuning_change()", tmp_path)
+    assert result.returncode != 0 and ":= ... is required" in result.stderr
+
+
+def test_macros_survive_copying_and_moving_the_store(store, tmp_path):
+    root = store[0]
+    copy = tmp_path / "copy"
+    shutil.copytree(root, copy)
+    moved = tmp_path / "elsewhere" / "moved"
+    moved.parent.mkdir()
+    copy.rename(moved)
+    text = shell(moved / "atlas.duckdb", "SELECT macro_definition FROM duckdb_functions() WHERE NOT internal", tmp_path)
+    assert "entropy" in text.stdout and "/" + root.parent.name not in text.stdout
+    sql = "FROM best_head_per_dependency_relation(min_count := 3) WHERE relation = 'all'"
+    here, there = shell(root / "atlas.duckdb", sql, tmp_path), shell(moved / "atlas.duckdb", sql, moved)
+    assert here.returncode == 0 and there.returncode == 0 and here.stdout.count("\n") == 2
+    assert there.stdout == here.stdout
+
+
+def test_atlas_queries_shows_each_macro_call():
+    listed = atlas.queries()
+    assert listed["macro"].to_list() == [macro_call(e) for e in entries()]
+    calls = dict(zip(listed["name"].to_list(), listed["macro"].to_list(), strict=True))
+    assert calls["best head per dependency relation"] == (
+        "FROM best_head_per_dependency_relation(run := NULL, min_count := 100, poss_rule := 'true', "
+        "direction := 'both')"
+    )
+    assert calls["fine-tuning change"].startswith("FROM fine_tuning_change(base := REQUIRED, tuned := REQUIRED")
