@@ -214,6 +214,12 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 @click.argument("phrase")
 @run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
+@click.option(
+    "--compare",
+    "compare_ids",
+    multiple=True,
+    help="Another run (repeatable): the runs side by side, aligned on the entry's keys, with the differences to --run.",
+)
 @click.option("--describe", is_flag=True, help="Show the entry's description and SQL instead of running it.")
 @store_option
 @file_format_option
@@ -223,6 +229,7 @@ def query(
     phrase: str,
     run_id: str | None,
     params: tuple[str, ...],
+    compare_ids: tuple[str, ...],
     describe: bool,
     store_path: str | None,
     fmt: str | None,
@@ -239,13 +246,21 @@ def query(
         entry = resolve(phrase)
         click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
         return
-    emit(_answer(phrase, run_id, params, store_path).frame, fmt, out, limit)
+    emit(_answer(phrase, run_id, params, store_path, compare_ids).frame, fmt, out, limit)
 
 
-def _answer(phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> api.Answer:
-    """Run an entry; its title line (the entry and the runs that answered) and notes go to stderr."""
+def _answer(
+    phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None, compare: tuple[str, ...] = ()
+) -> api.Answer:
+    """Run an entry (``compare``: beside --run, default the latest run, more runs); its title line (the entry and
+    the runs that answered) and notes go to stderr."""
     values: dict[str, object] = dict(_params(params))
-    answer = api.open(store_path).answer(phrase, run_id or values.pop("run", None), **values)
+    st = api.open(store_path)
+    run = run_id or values.pop("run", None)
+    if compare:
+        answer = st.answer(phrase, runs=[st.run_id(run), *compare], **values)
+    else:
+        answer = st.answer(phrase, run, **values)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note, err=True)

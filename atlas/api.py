@@ -6,6 +6,7 @@
     st = atlas.open("atlas-store")                       # the store the CLI writes
     st.runs()                                            # polars.DataFrame
     st.query("best head per dependency relation", min_count=50)
+    st.query("entropy", runs=[pretrained, random_init])  # side by side, with the differences to the first
     st.sql("SELECT layer, head, avg(entropy) FROM attn_rows GROUP BY ALL")
     st.table("attn_edges")                               # polars.LazyFrame over the Parquet files
     weights, tokens = st.attention(example=12, layer=3, head=9)
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -32,6 +34,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from atlas.catalogue import Entry, entries, resolve, run_entry
+from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError
 from atlas.macros import macro_call
 from atlas.maps import read_maps
@@ -177,11 +180,16 @@ class Atlas:
         """The analysis catalogue (as ``atlas.queries()``)."""
         return queries()
 
-    def answer(self, name: str, /, run: str | None = None, **params: object) -> Answer:
+    def answer(
+        self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
+    ) -> Answer:
         """Run the catalogue entry named by ``name`` (a name, an alias or close words) with its title and notes.
-        ``run``: the run it answers for (default: the latest run), for entries that take one; ``params``:
-        the entry's other parameters (see ``queries()``)."""
+        ``run``: the run it answers for (default: the latest run), for entries that take one; ``runs``: instead
+        of ``run``, two or more runs compared (see ``atlas.compare``); ``params``: the entry's other parameters
+        (see ``queries()``)."""
         entry = resolve(name)
+        if runs is not None:
+            return self._compare(entry, run, list(runs), params)
         values = {key: _parameter_text(value) for key, value in params.items()}
         takes = {p.name for p in entry.parameters}
         if run is not None and "run" not in takes:
@@ -197,9 +205,31 @@ class Atlas:
         title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
         return Answer(entry, run_entry(self.connection, entry, bound), title, tuple(notes))
 
-    def query(self, name: str, /, run: str | None = None, **params: object) -> pl.DataFrame:
-        """A catalogue entry's answer (see ``answer``); its notes are issued as ``AtlasNote`` warnings."""
-        answer = self.answer(name, run, **params)
+    def _compare(self, entry: Entry, run: str | None, runs: list[str], params: dict[str, object]) -> Answer:
+        if run is not None:
+            raise AtlasError("--run: name the runs to compare in runs=[...] only")
+        if "run" not in {p.name for p in entry.parameters}:
+            raise AtlasError(f"--compare: '{entry.name}' takes no run; there is nothing to compare")
+        if len(runs) < 2 or len(set(runs)) < len(runs):
+            raise AtlasError(f"--compare: name two or more different runs (given: {', '.join(runs) or 'none'})")
+        answers = {
+            r: self.answer(entry.name, self.run_id(r, "--compare" if i else "--run"), **params)
+            for i, r in enumerate(runs)
+        }
+        frames = {r: a.frame for r, a in answers.items()}
+        keys = key_columns(entry, frames[runs[0]])
+        check_shapes(self.connection, entry, keys, runs)
+        lines = "; ".join(f"{'run' if i == 0 else 'compared with'} {self._run_line(r)}" for i, r in enumerate(runs))
+        title = f"{entry.name} ({entry.paper}); {lines}; aligned on {', '.join(keys)}, differences to {runs[0]}"
+        notes = tuple(dict.fromkeys(n for a in answers.values() for n in a.notes))
+        return Answer(entry, compare(entry, frames), title, notes)
+
+    def query(
+        self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
+    ) -> pl.DataFrame:
+        """A catalogue entry's answer (see ``answer``; ``runs``: two or more runs side by side, with the differences
+        to the first); its notes are issued as ``AtlasNote`` warnings."""
+        answer = self.answer(name, run, runs, **params)
         _warn(answer.notes)
         return answer.frame
 

@@ -1,0 +1,67 @@
+"""One catalogue entry across runs: the runs' answers aligned on the entry's key columns, one value column per
+run and the differences to the first run.
+
+Keys: layer and head where the answer has them (a NULL head is a layer's row, as in 'special tokens'), else
+the columns ``KEYS`` names. Answers per head or layer align only between runs of the same shape (layers x
+heads); other runs are refused in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import duckdb
+import polars as pl
+
+from atlas.catalogue import Entry
+from atlas.errors import AtlasError
+
+# entries whose rows are not (only) heads or layers: the columns naming a row
+KEYS = {
+    "best head per dependency relation": ("relation",),
+    "coreference heads": ("predictor", "layer", "head"),
+}
+HEAD_KEYS = ("layer", "head")
+
+
+def key_columns(entry: Entry, frame: pl.DataFrame) -> tuple[str, ...]:
+    keys = KEYS.get(entry.name) or tuple(c for c in HEAD_KEYS if c in frame.columns)
+    if not keys:
+        raise AtlasError(f"'{entry.name}': its rows have no key to align runs on (no relation, layer or head)")
+    return keys
+
+
+def check_shapes(con: duckdb.DuckDBPyConnection, entry: Entry, keys: Sequence[str], runs: Sequence[str]) -> None:
+    """Refuse runs whose models differ in layers or heads, for an entry whose rows are heads or layers."""
+    if not set(keys) & set(HEAD_KEYS):
+        return
+    rows = con.execute("SELECT run_id, n_layers, n_heads FROM runs WHERE run_id IN ?", [list(runs)]).fetchall()
+    shapes = {run_id: (n_layers, n_heads) for run_id, n_layers, n_heads in rows}
+    first = shapes[runs[0]]
+    for run in runs[1:]:
+        if shapes[run] != first:
+            raise AtlasError(
+                f"--compare {run}: its model has {shapes[run][0]} layers x {shapes[run][1]} heads, the model of "
+                f"{runs[0]} {first[0]} x {first[1]}; '{entry.name}' aligns runs on layer and head only where the "
+                "shapes match"
+            )
+
+
+def compare(entry: Entry, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """The answers of ``frames`` (run id -> answer, the first the reference) side by side: the key columns,
+    then per value column one column per run (``col@run``), and for numbers the difference of each other
+    run to the first (``col_diff@run``). Rows only in some runs hold NULL for the others."""
+    runs = list(frames)
+    first = frames[runs[0]]
+    keys = key_columns(entry, first)
+    values = [c for c in first.columns if c not in keys]
+    joined = first.with_row_index("_order").rename({c: f"{c}@{runs[0]}" for c in values})
+    for run in runs[1:]:
+        other = frames[run].rename({c: f"{c}@{run}" for c in values})
+        joined = joined.join(other, on=list(keys), how="full", coalesce=True, nulls_equal=True, maintain_order="left")
+    columns: list[pl.Expr] = [pl.col(k) for k in keys]
+    for c in values:
+        columns += [pl.col(f"{c}@{run}") for run in runs]
+        if first.schema[c].is_numeric():
+            columns += [(pl.col(f"{c}@{run}") - pl.col(f"{c}@{runs[0]}")).alias(f"{c}_diff@{run}") for run in runs[1:]]
+    return joined.sort("_order", nulls_last=True, maintain_order=True).select(columns)
