@@ -103,11 +103,11 @@ def write_macros(con: duckdb.DuckDBPyConnection) -> None:
         f"CREATE OR REPLACE MACRO {LITERAL}(v) AS CASE WHEN v IS NULL THEN 'NULL' "
         "ELSE '''' || replace(v::VARCHAR, '''', '''''') || '''::' || typeof(v) END"
     )
-    names = {macro_name(entry) for entry in entries()}
-    stale = "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_type = 'table_macro' AND NOT internal"
-    for (name,) in con.execute(stale).fetchall():
-        if name not in names:  # an entry no longer in the catalogue
-            con.execute(f'DROP MACRO TABLE "{name}"')
+    names = [macro_name(entry) for entry in entries()]
+    written = con.execute("SELECT value FROM atlas_meta WHERE key = 'macros'").fetchone()
+    for name in set(written[0].split(",") if written else []) - set(names):  # entries no longer in the catalogue
+        con.execute(f'DROP MACRO TABLE IF EXISTS "{name}"')  # (macros a user added to the file stay)
     for entry in entries():
         con.execute(macro_sql(entry))
+    con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros', ?)", [",".join(names)])
     con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros_state', ?)", [macros_state()])

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 
@@ -115,3 +116,20 @@ def test_atlas_queries_shows_each_macro_call():
         "direction := 'both')"
     )
     assert calls["fine-tuning change"].startswith("FROM fine_tuning_change(base := REQUIRED, tuned := REQUIRED")
+
+
+def test_macros_are_rewritten_when_the_catalogue_changed(store, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(store[0], copy)
+    with duckdb.connect(str(copy / "atlas.duckdb")) as con:  # as written from an older catalogue
+        con.execute("DROP MACRO TABLE entropy; CREATE MACRO gone() AS TABLE SELECT 1 AS x")  # an entry removed
+        con.execute("CREATE MACRO mine() AS TABLE SELECT 2 AS y")  # a user's own macro
+        con.execute("UPDATE atlas_meta SET value = 'older' WHERE key = 'macros_state'")
+        con.execute("UPDATE atlas_meta SET value = value || ',gone' WHERE key = 'macros'")
+    assert shell(copy / "atlas.duckdb", "FROM entropy()", tmp_path).returncode != 0
+    with atlas.open(copy) as st:
+        assert st.connection.execute("SELECT value FROM atlas_meta WHERE key = 'macros_state'").fetchone()[0] != "older"
+    functions = shell(
+        copy / "atlas.duckdb", "SELECT function_name FROM duckdb_functions() WHERE NOT internal", tmp_path
+    )
+    assert "entropy" in functions.stdout and "gone" not in functions.stdout and "mine" in functions.stdout
