@@ -70,6 +70,7 @@ def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) 
                             "pieces": lay.input_ids,
                             "govs": [offsets[s.index] + w.head - 1 if w.head else None for s, w in ex.words],
                             "deprels": [w.deprel for _, w in ex.words],
+                            "forms": [w.form for _, w in ex.words],
                         }
                     )
                 copy_time += time.perf_counter() - t0
@@ -77,7 +78,10 @@ def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) 
 
 
 def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str, str, float]]:
-    """Clark et al. Table 1 the way a notebook over dense arrays computes it."""
+    """Clark et al. Table 1 the way their released notebook computes it over dense arrays (one sentence
+    per input): dependent -> head is each word's most-attended other word, head -> dependent the word
+    attending most to it (the transposed map), 'all' counts every word (roots are never right), and the
+    possessive rule scores nmod:poss before 's / s' by the next word's prediction."""
     correct: dict = defaultdict(lambda: 0)
     totals: dict = defaultdict(int)
     for item in inputs:
@@ -95,26 +99,29 @@ def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str,
         wm = (from_unit @ attn @ to_unit)[:, :, :n_words, :n_words]
         idx = np.arange(n_words)
         wm[:, :, idx, idx] = -np.inf
-        pred = wm.argmax(-1)  # [L, H, words]
+        preds = {"dependent -> head": wm.argmax(-1), "head -> dependent": wm.argmax(-2)}  # [L, H, words]
+        forms = item["forms"]
         for dep, (gov, rel) in enumerate(zip(item["govs"], item["deprels"], strict=True)):
-            if gov is None:
-                continue
+            poss = rel == "nmod:poss" and dep + 1 < n_words and forms[dep + 1] in ("'s", "s'")
             for r in (rel, "all"):
                 totals[r] += 1
-                correct[r, "dependent -> head"] = correct[r, "dependent -> head"] + (pred[:, :, dep] == gov)
-                correct[r, "head -> dependent"] = correct[r, "head -> dependent"] + (pred[:, :, gov] == dep)
+                if gov is None:
+                    continue
+                for d, pred in preds.items():
+                    p = pred[:, :, dep]
+                    if poss:
+                        p = np.where(p + 1 < n_words, pred[:, :, dep + 1], p)
+                    correct[r, d] = correct[r, d] + (p == gov)
     out = {}
     for r, n in totals.items():
-        if n < min_count:
+        if n < min_count or r in ("root", "punct"):
             continue
-        best = max(
-            (
-                (int(correct[r, d].max()), d, np.unravel_index(correct[r, d].argmax(), correct[r, d].shape))
-                for d in ("dependent -> head", "head -> dependent")
-            ),
-            key=lambda x: x[0],
+        best = max(  # ties: the higher layer, then head, then head -> dependent, as the notebook sorts
+            (int(correct[r, d][lh]), lh, d == "head -> dependent", d)
+            for d in ("dependent -> head", "head -> dependent")
+            for lh in np.ndindex(correct[r, d].shape)
         )
-        out[r] = (f"{best[2][0] + 1}-{best[2][1] + 1}", best[1], round(100 * best[0] / n, 2))
+        out[r] = (f"{best[1][0] + 1}-{best[1][1] + 1}", best[3], round(100 * best[0] / n, 2))
     return out
 
 
