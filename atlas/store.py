@@ -296,9 +296,9 @@ class Store:
             pass
 
     def connect(self, sandboxed: bool = False) -> duckdb.DuckDBPyConnection:
-        """A read-only connection. Writes nothing, unless the views predate the current schema.sql or the macros
-        the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no extension installs and no file access outside
-        the store's data folder (for the rest of the process)."""
+        """A read-only connection. Writes nothing, unless the views predate the current schema.sql or the
+        macros the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no
+        extension installs and no file access outside the store's data folder (for the rest of the process)."""
         if not self.exists():
             raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
