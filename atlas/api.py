@@ -377,8 +377,9 @@ def ingest(
     with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) or
     ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. The whole
     corpus is checked before the model is loaded; an interrupted ingest resumes when run again."""
-    from ingest.model import load_model
-    from ingest.pipeline import Settings, check_corpus
+    from atlas.model.load import load_model
+    from ingest.corpus import check_corpus
+    from ingest.pipeline import Settings
     from ingest.pipeline import ingest as run_ingest
 
     corpus = Path(corpus)
@@ -427,7 +428,7 @@ def _check_ingest_options(
             if handle.read(2) == b"\x1f\x8b":
                 raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
     if fmt == "glue":
-        from atlas.tasks.glue import task_spec
+        from ingest.glue_tsv import task_spec
 
         if pack is not None:
             raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")

@@ -28,9 +28,9 @@ from sklearn.manifold import MDS
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.model.load import LoadedModel
 from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store
-from ingest.model import LoadedModel
 
 ANALYSIS = "head distances"
 MIXTURE_BYTES = 2**28  # memory of one block of the pairwise mixtures (float64 [block, K, n, n])

@@ -26,9 +26,9 @@ import torch
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.model.load import LoadedModel
 from atlas.recompute import StoredInput, dense_maps, stored_inputs
 from atlas.store import Store
-from ingest.model import LoadedModel
 
 GLOVE_NAME = "glove.6B.50d"
 MAX_OFFSET = 2  # distance features: indicators for offsets -2..2

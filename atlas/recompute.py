@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from atlas.errors import AtlasError
+from atlas.model.load import LoadedModel, attention, load_model
 from atlas.store import Store
-from ingest.model import LoadedModel, attention, load_model
 
 BATCH = 16  # inputs per forward pass
 

@@ -20,7 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.tasks.ablate import sweep  # noqa: E402
 from atlas.tasks.classifier import encode, load_task_model  # noqa: E402
-from atlas.tasks.glue import load_split, task_spec  # noqa: E402
+from ingest.glue_tsv import load_split, task_spec  # noqa: E402
 
 
 def main() -> None:

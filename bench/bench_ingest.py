@@ -31,12 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
+from atlas.model.load import LoadedModel, attention, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 from ingest.align import is_punct  # noqa: E402
 from ingest.conllu import read_conllu, write_first_sentences  # noqa: E402
+from ingest.corpus import check_corpus  # noqa: E402
 from ingest.examples import group_examples, layout  # noqa: E402
-from ingest.model import LoadedModel, attention, load_model  # noqa: E402
-from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, check_corpus, ingest  # noqa: E402
+from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, ingest  # noqa: E402
 
 OFFSETS = (-3, -2, -1, 1, 2)
 

@@ -13,8 +13,8 @@ from functools import cache
 from pathlib import Path
 
 from atlas.errors import AtlasError
-from atlas.tasks.glue import read_tsv, task_spec
 from ingest.conllu import Sentence, Word
+from ingest.glue_tsv import read_tsv, task_spec
 
 
 @cache

@@ -25,16 +25,13 @@ from tqdm import tqdm
 
 import atlas
 from atlas.errors import AtlasError
+from atlas.model.load import LoadedModel, attention
 from atlas.store import Store, to_table, write_parquet
-from atlas.tasks.glue import task_spec
 from ingest.align import AlignedSentence, align
-from ingest.conllu import Sentence, read_conllu
+from ingest.conllu import Sentence
+from ingest.corpus import CorpusInfo, read_corpus, sha256_of
 from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
-from ingest.framenet import read_framenet
-from ingest.glue_corpus import read_glue
-from ingest.model import LoadedModel, attention
 from ingest.sparsify import sparsify, word_rows
-from ingest.text_corpus import read_pairs, read_text
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
@@ -50,79 +47,12 @@ class Settings:
 
 
 @dataclass(frozen=True)
-class CorpusInfo:
-    path: Path
-    sha256: str
-    n_sentences: int
-    fmt: str = "conllu"  # conllu | glue | framenet | text
-    task: str | None = None  # the GLUE task of a glue file
-    sample: int | None = None  # text: the number of paragraph pairs drawn (None: every pair)
-    sample_seed: int = 0  # text: seed of the draw and of the truncation
-
-    @property
-    def name(self) -> str:
-        """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)
-        and the draw for a sampled text file (wiki.test.raw (sample 1000, seed 0))."""
-        if self.fmt == "text" and self.sample is not None:
-            return f"{self.path.name} (sample {self.sample}, seed {self.sample_seed})"
-        return f"{self.task}/{self.path.name}" if self.fmt == "glue" else self.path.name
-
-
-def read_corpus(
-    corpus: CorpusInfo, tokenizer: transformers.PreTrainedTokenizerBase | None = None, max_length: int | None = None
-) -> Iterator[Sentence]:
-    """The corpus's sentences; a text file needs the model's tokenizer and the input length its pairs are cut to."""
-    if corpus.fmt == "text":
-        if tokenizer is None or max_length is None:
-            raise ValueError("read_corpus: a text corpus is read with a tokenizer and a max_length")
-        return read_text(corpus.path, tokenizer, max_length, corpus.sample, corpus.sample_seed)
-    if corpus.fmt == "glue":
-        return read_glue(corpus.path, corpus.task or "")
-    if corpus.fmt == "framenet":
-        return read_framenet(corpus.path)
-    return read_conllu(corpus.path)
-
-
-@dataclass(frozen=True)
 class IngestResult:
     run_id: str
     already_present: bool
     n_examples: int
     n_skipped: int
     n_edges: int
-
-
-def check_corpus(
-    path: Path, fmt: str = "conllu", task: str | None = None, sample: int | None = None, sample_seed: int = 0
-) -> CorpusInfo:
-    """Read the whole corpus once: validates every line before anything is written."""
-    if fmt == "glue" and not task:
-        raise AtlasError("--format glue needs --task")
-    if sample is not None and fmt != "text":
-        raise AtlasError("--sample: only a --format text corpus is sampled")
-    if fmt == "text":  # its paragraphs are annotated once, at ingest, when they are cut to the model's pieces
-        pairs = read_pairs(path, sample)  # fails on a malformed file or a sample larger than its pairs
-        n = 2 * (len(pairs) if sample is None else sample)
-        return CorpusInfo(path, _sha256(path), n, fmt, None, sample, sample_seed)
-    if fmt == "glue":
-        task = task_spec(task).name  # one spelling in run ids and corpus names
-    info = CorpusInfo(path, "", 0, fmt, task)
-    n = sum(1 for _ in read_corpus(info))
-    if n == 0:
-        raise AtlasError(f"{path}: the corpus holds no sentence")
-    return CorpusInfo(path, _sha256(path), n, fmt, task)
-
-
-def _sha256(path: Path) -> str:
-    """Of the file's bytes; of a folder (FrameNet lu/), of its file names and bytes in order."""
-    digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]:
-        if path.is_dir():
-            digest.update(str(file.relative_to(path)).encode())
-        with file.open("rb") as handle:
-            while block := handle.read(1 << 20):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
@@ -308,7 +238,7 @@ def _stage_and_publish(
         tmp.unlink()
     try:
         totals = _stage_chunks(corpus, lm, run_id, settings, staging, progress)
-        if _sha256(corpus.path) != corpus.sha256:
+        if sha256_of(corpus.path) != corpus.sha256:
             shutil.rmtree(staging)
             raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
     except KeyboardInterrupt:

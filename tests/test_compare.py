@@ -12,8 +12,8 @@ from polars.testing import assert_frame_equal, assert_series_equal
 
 import atlas
 from atlas.errors import AtlasError
+from atlas.model.load import load_model
 from cli import cli
-from ingest.model import load_model
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::atlas.api.AtlasNote")

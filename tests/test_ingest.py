@@ -7,8 +7,8 @@ import pytest
 
 import ingest.pipeline as pipeline
 from atlas.errors import AtlasError
+from atlas.model.load import load_model
 from atlas.store import Store
-from ingest.model import load_model
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_attention, read_sentences
 

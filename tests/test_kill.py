@@ -24,9 +24,9 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+from atlas.model.load import default_model_path
 from atlas.store import Store
 from cli import cli
-from ingest.model import default_model_path
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -5,7 +5,8 @@ from __future__ import annotations
 from tqdm import tqdm
 
 from atlas.store import Store
-from ingest.pipeline import Settings, check_corpus, ingest
+from ingest.corpus import check_corpus
+from ingest.pipeline import Settings, ingest
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 

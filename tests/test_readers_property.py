@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from atlas.errors import AtlasError
 from atlas.pattern_cnn import read_labels
 from atlas.store import Store
-from ingest.pipeline import Settings, check_corpus, ingest
+from ingest.corpus import check_corpus
+from ingest.pipeline import Settings, ingest
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
 
 INSERTS = [

@@ -15,15 +15,16 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
+from atlas.model.intervene import Intervention, intervening
+from atlas.model.load import default_model_path, recording
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
 from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_task_model
 from atlas.tasks.finetune import BertAdam, TrainSettings, subset, train, warmup_linear
-from atlas.tasks.glue import TASKS, load_split, metrics, read_tsv, task_spec
 from atlas.tasks.importance import example_losses, head_importance, normalise, pruned_counts, pruning_and_single_heads
+from atlas.tasks.metrics import metrics
 from cli import cli
-from ingest.intervene import Intervention, intervening
-from ingest.model import default_model_path, recording
+from ingest.glue_tsv import TASKS, load_split, read_tsv, task_spec
 
 GLUE = Path(__file__).resolve().parent.parent / "samples" / "glue"
 N_LAYERS, N_HEADS = 3, 4

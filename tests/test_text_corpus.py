@@ -17,8 +17,9 @@ from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
 from atlas.store import Store
 from cli import cli
+from ingest.corpus import check_corpus
 from ingest.glue_corpus import _nlp
-from ingest.pipeline import Settings, check_corpus, ingest
+from ingest.pipeline import Settings, ingest
 from ingest.text_corpus import read_articles, read_pairs, read_text, truncate_pair
 from tests.conftest import ROOT
 from tests.reference import RefSentence, dense_inputs, surface

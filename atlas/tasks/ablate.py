@@ -9,8 +9,8 @@ from __future__ import annotations
 import torch
 
 from atlas.errors import AtlasError
+from atlas.model.intervene import Intervention
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
-from ingest.intervene import Intervention
 
 METHODS = ("uniform", "mask")
 

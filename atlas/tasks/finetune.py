@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from atlas.errors import AtlasError
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
-from atlas.tasks.glue import Examples
+from ingest.glue_tsv import Examples
 
 NO_DECAY = ("bias", "LayerNorm.weight")  # run_classifier.py: no weight decay on these parameters
 

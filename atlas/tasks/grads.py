@@ -18,8 +18,8 @@ from safetensors import safe_open
 from transformers.utils import cached_file
 
 from atlas.errors import AtlasError
+from atlas.model.intervene import Intervention, intervening
 from atlas.store import Store
-from ingest.intervene import Intervention, intervening
 
 TARGETS = ("sep", "dot_comma", "other")
 MASK_SHARE = 0.15

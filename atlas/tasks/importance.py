@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from atlas.model.intervene import Intervention, intervening
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
-from ingest.intervene import Intervention, intervening
 
 PERCENTS = range(5, 101, 5)  # heads_pruning.sh: --prune_percent `seq 5 5 100`
 

@@ -1,4 +1,4 @@
-"""GLUE data in its TSV formats (SST-2, MRPC, RTE, STS-B, QQP, QNLI, MNLI) and the papers' metrics.
+"""GLUE data in its TSV formats (SST-2, MRPC, RTE, STS-B, QQP, QNLI, MNLI): the tasks and their readers.
 
 Columns are found by their header names, lines split on tabs only (GLUE files hold unbalanced quotes),
 a byte-order mark is dropped (MRPC). A malformed line is a one-line error naming the file and line.
@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 
 from atlas.errors import AtlasError
 
@@ -170,19 +169,3 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
             raise AtlasError(f"--data '{name}': labels {names} do not match {spec.name}'s {list(spec.labels)}")
         labels = np.array([spec.labels.index(wanted[i]) for i in ds["label"]], dtype=np.int64)
     return Examples(list(ds[a]), list(ds[b]) if b else None, labels)
-
-
-def metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """The papers' metrics in percent: accuracy; F1 of class 1 (MRPC, QQP); Pearson/Spearman (STS-B)."""
-    if spec.labels is None:
-        return {
-            "pearson": 100 * float(pearsonr(predictions, labels).statistic),
-            "spearman": 100 * float(spearmanr(predictions, labels).statistic),
-        }
-    out = {"accuracy": 100 * float(np.mean(predictions == labels))}
-    if "f1" in spec.metrics:
-        tp = float(np.sum((predictions == 1) & (labels == 1)))
-        fp = float(np.sum((predictions == 1) & (labels != 1)))
-        fn = float(np.sum((predictions != 1) & (labels == 1)))
-        out["f1"] = 100 * 2 * tp / max(2 * tp + fp + fn, 1.0)
-    return {name: out[name] for name in spec.metrics}

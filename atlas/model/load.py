@@ -1,75 +1,27 @@
-"""Stage 3: load an encoder (safetensors only, no remote code) and run it with attention captured.
+"""Load a model (safetensors only, no remote code) and run it with attention captured (``atlas.model.capture``).
 
-Attention is captured by the project's own attention function, registered with transformers'
-``AttentionInterface``: it computes eager softmax attention and records the probabilities of every
-layer. A model whose layers do not route through that interface is refused with a clear error.
+A model whose layers do not route through the capture function is refused with a clear error.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import transformers
-from transformers import AttentionInterface, AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError
-from ingest import intervene
+from atlas.model.capture import CAPTURE, recording
 
-CAPTURE = "atlas_capture"
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-_recorded: list[torch.Tensor] | None = None
-
-
-def _capture_attention(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: object,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager attention that records its probabilities ``[batch, heads, q, k]`` (after any intervention)."""
-    if scaling is None:
-        scaling = query.size(-1) ** -0.5
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    probs = torch.softmax(scores.float(), dim=-1).to(query.dtype)
-    probs = intervene.apply(module, probs, attention_mask)
-    if _recorded is not None:
-        _recorded.append(probs.detach())
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    output = intervene.gate(module, torch.matmul(probs, value))
-    return output.transpose(1, 2).contiguous(), probs
-
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
-AttentionInterface.register(CAPTURE, _capture_attention)
-AttentionMaskInterface.register(CAPTURE, eager_mask)
-
-
-@contextmanager
-def recording() -> Iterator[list[torch.Tensor]]:
-    global _recorded
-    _recorded = []
-    try:
-        yield _recorded
-    finally:
-        _recorded = None
 
 
 @dataclass

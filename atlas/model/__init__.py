@@ -1,0 +1,2 @@
+"""The model layer, below the ingest and the analyses: loading (``load``), attention capture (``capture``)
+and head interventions (``intervene``)."""
