@@ -139,6 +139,8 @@ CREATE TABLE attn_rows (
     to_prev FLOAT,               -- the previous token (0 for the first)
     to_next FLOAT,               -- the next token (0 for the last)
     to_cls FLOAT,                -- [CLS]
+    to_first FLOAT,              -- the input's first token (position 0, whatever it is: [CLS], a BOS or a word
+                                 --   piece; the attention sink of Xiao et al. 2023)
     to_sep FLOAT,                -- every [SEP] of the input
     to_dot_comma FLOAT,          -- the pieces '.' and ','
     received FLOAT               -- attention the token src_tok receives: the column sum of the dense map over

@@ -4,8 +4,9 @@
   always kept); ``kept_mass=None`` is the dense setting: every weight kept.
 - rows: per-row statistics from the dense row: entropy (nats, of Clark et al.'s smoothed row
   0.9999 a + 1e-4 / n, as their released General_Analysis computes it), max weight, argmax, kept mass,
-  number of kept edges, the mass given to chosen tokens, and the attention the row's token receives
-  (the column sum of the dense map over every row of the input).
+  number of kept edges, the mass given to chosen tokens and to the input's first token (position 0,
+  whatever it is: [CLS], a BOS, or a word piece), and the attention the row's token receives (the
+  column sum of the dense map over every row of the input).
 In the sparse setting every stored weight (edge weights, max weight, kept mass, word-level weight) is
 rounded to float16 precision (relative error at most 2**-11), which halves its bytes on disk; entropy,
 argmax and counts are exact. The dense setting stores everything in exact float32.
@@ -45,8 +46,8 @@ def sparsify(
     """Return (edges, rows) column arrays for one input (sorting done with torch: multithreaded).
 
     ``targets`` maps each name of ``TARGETS`` to a boolean mask over the input's tokens; each row
-    records the attention mass it gives to those tokens (``to_<name>``), and to itself and the
-    previous and next token, all from the dense row.
+    records the attention mass it gives to those tokens (``to_<name>``), and to itself, the previous
+    and next token and the input's first token (``to_first``), all from the dense row.
     """
     n_layers, n_heads, n, _ = attn.shape
     rows = torch.from_numpy(attn).reshape(-1, n)
@@ -85,6 +86,7 @@ def sparsify(
         "self": torch.diagonal(square, dim1=2, dim2=3),
         "prev": torch.cat([zero, torch.diagonal(square, offset=-1, dim1=2, dim2=3)], dim=2),
         "next": torch.cat([torch.diagonal(square, offset=1, dim1=2, dim2=3), zero], dim=2),
+        "first": square[..., 0],
     }
     if targets:
         names = list(targets)
