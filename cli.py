@@ -274,14 +274,27 @@ def _answer(
 )
 @run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
+@click.option(
+    "--compare",
+    "compare_ids",
+    multiple=True,
+    help="Another run (repeatable): panels side by side on one colour scale, and the differences to --run.",
+)
 @store_option
-def plot_command(phrase: str, out: Path, run_id: str | None, params: tuple[str, ...], store_path: str | None) -> None:
+def plot_command(
+    phrase: str,
+    out: Path,
+    run_id: str | None,
+    params: tuple[str, ...],
+    compare_ids: tuple[str, ...],
+    store_path: str | None,
+) -> None:
     """Draw the paper-style figure of a catalogue entry (PNG, PDF or SVG, by the --out file's suffix)."""
     from atlas.plot import check_out, figure, save
 
     check_out(out)
-    answer = _answer(phrase, run_id, params, store_path)
-    save(figure(answer.entry, answer.frame, answer.title), out)
+    answer = _answer(phrase, run_id, params, store_path, compare_ids)
+    save(figure(answer.entry, answer.frame, answer.title, answer.runs), out)
     click.echo(f"wrote {out}", err=True)
 
 

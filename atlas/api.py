@@ -90,6 +90,7 @@ class Answer:
     frame: pl.DataFrame
     title: str
     notes: tuple[str, ...]  # 'note: ...' lines: computed, but not in the paper's setting
+    runs: tuple[str, ...] = ()  # a comparison's runs, the first the reference (frame: col@run, col_diff@run)
 
 
 class AttentionMap(NamedTuple):
@@ -222,7 +223,7 @@ class Atlas:
         lines = "; ".join(f"{'run' if i == 0 else 'compared with'} {self._run_line(r)}" for i, r in enumerate(runs))
         title = f"{entry.name} ({entry.paper}); {lines}; aligned on {', '.join(keys)}, differences to {runs[0]}"
         notes = tuple(dict.fromkeys(n for a in answers.values() for n in a.notes))
-        return Answer(entry, compare(entry, frames), title, notes)
+        return Answer(entry, compare(entry, frames), title, notes, tuple(runs))
 
     def query(
         self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
@@ -233,14 +234,15 @@ class Atlas:
         _warn(answer.notes)
         return answer.frame
 
-    def plot(self, name: str, /, run: str | None = None, **params: object) -> Figure:
+    def plot(self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object) -> Figure:
         """The entry's paper-style figure, titled with the entry and the runs that answered (``atlas plot``
-        saves this figure)."""
+        saves this figure); ``runs``: two or more runs compared, panels side by side on one colour scale and
+        the differences to the first (see ``atlas.plot``)."""
         from atlas.plot import figure
 
-        answer = self.answer(name, run, **params)
+        answer = self.answer(name, run, runs, **params)
         _warn(answer.notes)
-        return figure(answer.entry, answer.frame, answer.title)
+        return figure(answer.entry, answer.frame, answer.title, answer.runs)
 
     # SQL and tables
 

@@ -9,23 +9,34 @@
   Figure 9).
 - ``curve``: columns x, y and a group: one line per group (Michel et al.'s pruning curves).
 - ``stacked``: a label column and share columns: one stacked bar per label (Kovaleva et al.'s Figure 2).
+
+Two or more runs compared (the answer of ``Atlas.answer(NAME, runs=[A, B, ...])``: ``col@run`` and
+``col_diff@run`` columns): a heat map per run side by side, the runs sharing one colour scale and one colour
+bar, and a difference panel per other run (B - A, a diverging map centred at 0 on its own symmetric scale);
+``layers`` and ``bars`` overlay the runs in one panel and draw the differences below; ``mds`` draws each
+run's map beside the other (two runs' MDS coordinates are not comparable: no difference).
 """
 
 from __future__ import annotations
 
 import os
+import string
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 
 from atlas.catalogue import Entry
 from atlas.errors import AtlasError
 
 PANELS_PER_ROW = 3
+VALUES_MAP = "viridis"
+DIFFERENCE_MAP = "RdBu_r"  # B - A: red where B is higher, blue where lower, white at 0
 
 
 def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
@@ -40,39 +51,63 @@ def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
     return grid, layers
 
 
-def _heatmap(ax: Axes, grid: np.ndarray, layers: list[int], title: str) -> None:
-    image = ax.imshow(grid, cmap="viridis", aspect="auto")
-    ax.figure.colorbar(image, ax=ax, fraction=0.046).set_label(title, fontsize=7)
+def _heatmap(
+    ax: Axes,
+    grid: np.ndarray,
+    layers: list[int],
+    title: str,
+    limits: tuple[float, float] | None = None,
+    cmap: str = VALUES_MAP,
+) -> AxesImage:
+    """A layer x head heat map (``limits``: the colour scale, default the grid's range), the values printed in
+    the cells, dark text on light cells and light text on dark ones; its colour bar is the caller's."""
+    vmin, vmax = limits or (None, None)
+    image = ax.imshow(grid, cmap=cmap, aspect="auto", vmin=vmin, vmax=vmax)
     n_layers, n_heads = grid.shape
     ax.set_xticks(range(n_heads), [str(h + 1) for h in range(n_heads)], fontsize=7)
     ax.set_yticks(range(n_layers), [str(layer) for layer in layers], fontsize=7)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
-    ax.set_title(title)
+    ax.set_title(title, fontsize=8 if "\n" in title else None)
     if n_heads <= 16 and n_layers <= 24:
-        middle = np.nanmean(grid)
         for (layer, head), value in np.ndenumerate(grid):
             if not np.isnan(value):
-                color = "black" if value > middle else "white"
+                red, green, blue, _ = image.cmap(image.norm(value))
+                color = "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
                 ax.text(head, layer, f"{value:.2f}", ha="center", va="center", fontsize=6, color=color)
+    return image
+
+
+def _colour_bar(image: AxesImage, axes: Axes | list[Axes], label: str) -> None:
+    image.figure.colorbar(image, ax=axes, fraction=0.046, pad=0.02).set_label(label, fontsize=7)
+
+
+def _layer_points(
+    ax: Axes, grid: np.ndarray, layers: list[int], colour: str, mean_colour: str, label: str, spread: float = 0.15
+) -> None:
+    """Every head as a point over its layer (jittered within ``spread``), the layer mean as a line."""
+    rng = np.random.default_rng(0)
+    for i, layer in enumerate(layers):
+        x = layer + rng.uniform(-spread, spread, grid.shape[1])
+        ax.scatter(x, grid[i], s=12, alpha=0.6, color=colour)
+    ax.plot(layers, np.nanmean(grid, axis=1), color=mean_colour, label=label)
 
 
 def _layers(ax: Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None) -> None:
     """Every head as a point over its layer, the layer mean as a line; ``baseline`` (e.g. the entropy of
     uniform attention, Clark et al.'s Figure 4) as a dashed line."""
-    n_heads = grid.shape[1]
-    rng = np.random.default_rng(0)
-    for i, layer in enumerate(layers):
-        x = layer + rng.uniform(-0.15, 0.15, n_heads)
-        ax.scatter(x, grid[i], s=12, alpha=0.6, color="tab:blue")
-    ax.plot(layers, np.nanmean(grid, axis=1), color="tab:red", label="layer mean")
+    _layer_points(ax, grid, layers, "tab:blue", "tab:red", "layer mean")
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label="uniform attention")
+    _layer_axes(ax, layers, title)
+    ax.legend(loc="best", fontsize=7)
+
+
+def _layer_axes(ax: Axes, layers: list[int], title: str) -> None:
     ax.set_xticks(layers)
     ax.set_xlabel("layer")
     ax.set_ylabel("entropy (nats)" if "entropy" in title else "avg. attention")
     ax.set_title(title)
-    ax.legend(loc="best", fontsize=7)
 
 
 def _axes(size: tuple[float, float]) -> tuple[Figure, Axes]:
@@ -81,18 +116,21 @@ def _axes(size: tuple[float, float]) -> tuple[Figure, Axes]:
     return fig, fig.subplots()
 
 
-def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> Figure:
-    fig, ax = _axes((7, 6))
-    groups = heads[cluster].to_numpy()
-    points = ax.scatter(heads[x], heads[y], c=groups, cmap="tab10", s=40)
+def _mds_panel(ax: Axes, heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> None:
+    points = ax.scatter(heads[x], heads[y], c=heads[cluster].to_numpy(), cmap="tab10", s=40)
     for row in heads.iter_rows(named=True):
         ax.annotate(
             f"{row['layer']}-{row['head']}", (row[x], row[y]), fontsize=6, xytext=(2, 2), textcoords="offset points"
         )
-    ax.legend(*points.legend_elements(), title=cluster, fontsize=7, loc="best")
+    ax.legend(*points.legend_elements(), title=cluster.split("@")[0], fontsize=7, loc="best")
     ax.set_xticks([])
     ax.set_yticks([])
     ax.set_title(title, fontsize=9)
+
+
+def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> Figure:
+    fig, ax = _axes((7, 6))
+    _mds_panel(ax, heads, x, y, cluster, title)
     return fig
 
 
@@ -141,6 +179,141 @@ def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> Figure:
     return fig
 
 
+# comparisons of runs: panels name the runs A, B, C, ... in the order given, the first the reference
+
+
+def _letter(i: int) -> str:
+    return string.ascii_uppercase[i] if i < 26 else f"R{i + 1}"
+
+
+def _limits(grids: Sequence[np.ndarray], symmetric: bool = False) -> tuple[float, float] | None:
+    """One colour scale over ``grids``: their range, or [-m, m] with m the largest |value| (``symmetric``)."""
+    values = np.concatenate([g[np.isfinite(g)] for g in grids])
+    if values.size == 0:
+        return None
+    if symmetric:
+        bound = float(np.abs(values).max()) or 1.0  # all equal: a scale around 0 all the same
+        return -bound, bound
+    return float(values.min()), float(values.max())
+
+
+def _compare_heatmaps(heads: pl.DataFrame, columns: Sequence[str], runs: Sequence[str]) -> Figure:
+    """Per column a row: one heat map per run on one shared colour scale (one colour bar), then the difference
+    of each other run to the first on a symmetric diverging scale centred at 0 (one colour bar)."""
+    first, others = runs[0], runs[1:]
+    n_layers, n_heads = _grid(heads, f"{columns[0]}@{first}")[0].shape
+    width = float(np.clip(0.4 * n_heads + 1.0, 3.5, 7.0))
+    height = float(np.clip(0.32 * n_layers + 1.6, 2.2, 6.0))
+    n_panels = len(runs) + len(others)
+    fig = Figure(figsize=(width * n_panels + 1.2, height * len(columns) + 1.0), layout="constrained")
+    axes = fig.subplots(len(columns), n_panels, squeeze=False)
+    for row, column in zip(axes, columns, strict=True):
+        values = [_grid(heads, f"{column}@{run}") for run in runs]
+        layers = values[0][1]
+        limits = _limits([grid for grid, _ in values])
+        for i, (ax, run, (grid, _)) in enumerate(zip(row, runs, values, strict=False)):
+            image = _heatmap(ax, grid, layers, f"{column}: {_letter(i)}\n{run}", limits)
+        _colour_bar(image, list(row[: len(runs)]), column)
+        differences = [_grid(heads, f"{column}_diff@{run}")[0] for run in others]
+        limits = _limits(differences, symmetric=True)
+        for i, (ax, run, grid) in enumerate(zip(row[len(runs) :], others, differences, strict=True), 1):
+            name = f"{_letter(i)} - A"
+            image = _heatmap(ax, grid, layers, f"{column}: {name}\n{run} - {first}", limits, DIFFERENCE_MAP)
+        _colour_bar(image, list(row[len(runs) :]), f"{column}: difference to A")
+    return fig
+
+
+def _compare_layers(
+    heads: pl.DataFrame, columns: Sequence[str], runs: Sequence[str], baselines: dict[str, float]
+) -> Figure:
+    """Per column, the runs overlaid in one panel (each run's heads as points in its colour, its layer mean as a
+    line; ``baselines``: each run's uniform-attention line, one when they are the same) and below it each other
+    run's difference to the first, per head and as the layer mean, around 0."""
+    fig = Figure(figsize=(4.2 * len(columns), 7.6), layout="constrained")
+    axes = fig.subplots(2, len(columns), squeeze=False)
+    for (top, bottom), column in zip(axes.T, columns, strict=True):
+        for i, run in enumerate(runs):
+            grid, layers = _grid(heads, f"{column}@{run}")
+            _layer_points(top, grid, layers, f"C{i}", f"C{i}", f"{_letter(i)}: layer mean", spread=0.25)
+        if baselines and np.allclose(list(baselines.values()), baselines[runs[0]], rtol=1e-9, atol=0):
+            top.axhline(baselines[runs[0]], color="black", linestyle="--", linewidth=1, label="uniform attention")
+        else:
+            for run, baseline in baselines.items():
+                i = runs.index(run)
+                top.axhline(baseline, color=f"C{i}", linestyle="--", linewidth=1, label=f"{_letter(i)}: uniform")
+        _layer_axes(top, layers, column)
+        top.legend(loc="best", fontsize=7)
+        for i, run in enumerate(runs[1:], 1):
+            grid, layers = _grid(heads, f"{column}_diff@{run}")
+            _layer_points(bottom, grid, layers, f"C{i}", f"C{i}", f"{_letter(i)} - A: layer mean", spread=0.25)
+        bottom.axhline(0, color="black", linewidth=0.8)
+        _layer_axes(bottom, layers, f"{column}: " + ", ".join(f"{_letter(i)} - A" for i in range(1, len(runs))))
+        bottom.set_ylabel(f"difference in {top.get_ylabel()}")
+        bottom.legend(loc="best", fontsize=7)
+    _name_runs(fig, runs)
+    return fig
+
+
+def _name_runs(fig: Figure, runs: Sequence[str]) -> None:
+    """Which run each letter of the legends is, under the panels."""
+    fig.supxlabel("; ".join(f"{_letter(i)}: {run}" for i, run in enumerate(runs)), fontsize=8)
+
+
+def _compare_bars(df: pl.DataFrame, x: str, y: str, baseline: str, runs: Sequence[str]) -> Figure:
+    """The runs' bars side by side per ``x``, each run's baseline as a line in its colour; below, each other
+    run's difference to the first per ``x``."""
+    fig = Figure(figsize=(max(6.0, 0.5 * len(df) * len(runs)), 7.0), layout="constrained")
+    top, bottom = fig.subplots(2, 1)
+    labels = [str(v) for v in df[x]]
+    positions = np.arange(len(df))
+    width = 0.8 / len(runs)
+    for i, run in enumerate(runs):
+        top.bar(positions + (i - (len(runs) - 1) / 2) * width, df[f"{y}@{run}"], width, color=f"C{i}", label=_letter(i))
+        top.axhline(df[f"{baseline}@{run}"][0], color=f"C{i}", linestyle="--", linewidth=1)
+    others = runs[1:]
+    width = 0.8 / len(others)
+    for i, run in enumerate(others, 1):
+        offset = (i - 1 - (len(others) - 1) / 2) * width
+        bottom.bar(positions + offset, df[f"{y}_diff@{run}"], width, color=f"C{i}", label=f"{_letter(i)} - A")
+    bottom.axhline(0, color="black", linewidth=0.8)
+    for ax, ylabel in ((top, y), (bottom, f"difference in {y}")):
+        ax.set_xticks(positions, labels)
+        ax.set_xlabel(x)
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+    top.set_title(f"{y} (dashed: each run's {baseline})", fontsize=9)
+    _name_runs(fig, runs)
+    return fig
+
+
+def _compare_mds(heads: pl.DataFrame, x: str, y: str, cluster: str, runs: Sequence[str]) -> Figure:
+    """Each run's map beside the other's: two runs' MDS coordinates and cluster numbers are not comparable, so
+    there is no difference panel."""
+    fig = Figure(figsize=(6.0 * len(runs), 5.6), layout="constrained")
+    for i, (ax, run) in enumerate(zip(fig.subplots(1, len(runs), squeeze=False)[0], runs, strict=True)):
+        rows = heads.filter(pl.col(f"{x}@{run}").is_not_null())
+        _mds_panel(ax, rows, f"{x}@{run}", f"{y}@{run}", f"{cluster}@{run}", f"{_letter(i)}: {run}")
+    return fig
+
+
+def _comparison(entry: Entry, df: pl.DataFrame, heads: pl.DataFrame, runs: Sequence[str]) -> Figure:
+    kind, *columns = entry.plot
+    if kind == "heatmap":
+        return _compare_heatmaps(heads, columns, runs)
+    if kind == "layers":
+        uniform = [c for c in df.columns if c.startswith("uniform") and c.endswith(f"@{runs[0]}")]
+        baselines = {}
+        if uniform:
+            column = uniform[0].removesuffix(f"@{runs[0]}")
+            baselines = {run: float(df[f"{column}@{run}"][0]) for run in runs if df[f"{column}@{run}"][0] is not None}
+        return _compare_layers(heads, columns, runs, baselines)
+    if kind == "bars":
+        return _compare_bars(heads, *columns, runs=runs)
+    if kind == "mds":
+        return _compare_mds(heads, *columns, runs=runs)
+    raise AtlasError(f"'{entry.name}': its figure ({kind}) has no comparison of runs; see 'atlas query --compare'")
+
+
 FIGURE_FORMATS = (".png", ".pdf", ".svg")
 
 
@@ -159,14 +332,19 @@ def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -
     save(figure(entry, df, source), out)
 
 
-def figure(entry: Entry, df: pl.DataFrame, source: str | None = None) -> Figure:
-    """``entry``'s figure of ``df``, titled ``source`` (the entry and the runs that answered)."""
+def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequence[str] = ()) -> Figure:
+    """``entry``'s figure of ``df``, titled ``source`` (the entry and the runs that answered); ``runs``: the
+    runs ``df`` compares (its ``col@run`` and ``col_diff@run`` columns), the first the reference."""
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
     kind, *columns = entry.plot
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
+    if runs:
+        fig = _comparison(entry, df, heads, runs)
+        fig.suptitle("\n".join(textwrap.wrap(source or entry.name, int(fig.get_figwidth() * 14))), fontsize=9)
+        return fig
     title = "\n".join(textwrap.wrap(source or f"{entry.name} ({entry.paper})", 90))
     if kind == "stacked":
         return _tight(_stacked(df, *columns, title=title))
@@ -182,7 +360,7 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None) -> Figure:
     for ax, column in zip(axes.flat, columns, strict=False):
         grid, layers = _grid(heads, column)
         if kind == "heatmap":
-            _heatmap(ax, grid, layers, column)
+            _colour_bar(_heatmap(ax, grid, layers, column), ax, column)
         else:
             _layers(ax, grid, layers, column, baseline)
     for ax in list(axes.flat)[len(columns) :]:

@@ -1,18 +1,25 @@
 """One entry across runs: the comparison equals the single-run answers joined on the entry's keys, with the
-differences to the first run; runs of another shape, entries without a run and bad run lists are refused."""
+differences to the first run; runs of another shape, entries without a run and bad run lists are refused. Its
+figure holds each run's panel on one colour scale and the difference (heat maps), or the runs overlaid and the
+difference below (per layer curves)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from PIL import Image
 from polars.testing import assert_frame_equal, assert_series_equal
 
 import atlas
 from atlas.errors import AtlasError
 from atlas.model.load import load_model
+from atlas.plot import save
 from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
@@ -102,3 +109,91 @@ def test_bad_comparisons_are_refused_in_one_line(runs):
             st.query("entropy", runs=[real, real])
         with pytest.raises(AtlasError, match="--compare 'nope': no such run"):
             st.query("entropy", runs=[real, "nope"])
+
+
+def _single_grid(frame: pl.DataFrame, column: str) -> np.ndarray:
+    """An entry's per-head answer as a layer x head array (1-based layer and head), built without atlas.plot."""
+    heads = frame.filter(pl.col("head").is_not_null()).sort("layer", "head")
+    return heads[column].to_numpy().reshape(heads["layer"].n_unique(), heads["head"].n_unique())
+
+
+def _panel(fig: Figure, title: str) -> Axes:
+    found = [ax for ax in fig.axes if ax.get_title() == title]
+    assert len(found) == 1, (title, [ax.get_title() for ax in fig.axes])
+    return found[0]
+
+
+def test_comparison_heatmaps_hold_each_run_and_the_difference_on_shared_scales(runs):
+    root, real, random, _ = runs
+    with atlas.open(root) as st:
+        fig = st.plot("relative position", runs=[real, random])
+        a, b = st.query("relative position", run=real), st.query("relative position", run=random)
+    columns = ["prev", "next", "self"]
+    for column in columns:
+        want_a, want_b = _single_grid(a, column), _single_grid(b, column)
+        panel_a = _panel(fig, f"{column}: A\n{real}").get_images()[0]
+        panel_b = _panel(fig, f"{column}: B\n{random}").get_images()[0]
+        panel_d = _panel(fig, f"{column}: B - A\n{random} - {real}").get_images()[0]
+        np.testing.assert_array_equal(np.asarray(panel_a.get_array()), want_a)
+        np.testing.assert_array_equal(np.asarray(panel_b.get_array()), want_b)
+        np.testing.assert_allclose(np.asarray(panel_d.get_array()), want_b - want_a, rtol=0, atol=1e-12)
+        # one colour scale for both runs, spanning both; the difference on its own scale, symmetric about 0
+        both = np.concatenate([want_a.ravel(), want_b.ravel()])
+        assert panel_a.get_clim() == panel_b.get_clim() == pytest.approx((both.min(), both.max()), abs=1e-12)
+        bound = np.abs(want_b - want_a).max()
+        assert panel_d.get_clim() == pytest.approx((-bound, bound), abs=1e-12) and bound > 0.01
+        assert panel_a.get_cmap().name == panel_b.get_cmap().name == "viridis"
+        assert panel_d.get_cmap().name == "RdBu_r"
+        # one colour bar for the two runs (of their shared scale), one for the difference
+        bars = [im.colorbar for im in (panel_a, panel_b, panel_d) if im.colorbar is not None]
+        assert [bar.mappable for bar in bars] == [panel_b, panel_d]
+    assert sum(ax.get_label() == "<colorbar>" for ax in fig.axes) == 2 * len(columns)
+    assert len([ax for ax in fig.axes if ax.get_images()]) == 3 * len(columns)
+    title = fig.get_suptitle().replace("\n", " ")
+    assert f"run {real} (model " in title and f"compared with {random} (model " in title
+
+
+def test_comparison_of_layer_curves_overlays_the_runs_and_draws_the_difference(runs):
+    root, real, random, _ = runs
+    with atlas.open(root) as st:
+        fig = st.plot("entropy", runs=[real, random])
+        a, b = st.query("entropy", run=real), st.query("entropy", run=random)
+    for column in ("entropy", "cls_entropy"):
+        want_a, want_b = _single_grid(a, column), _single_grid(b, column)
+        lines = {line.get_label(): line for line in _panel(fig, column).get_lines()}
+        np.testing.assert_allclose(lines["A: layer mean"].get_ydata(), want_a.mean(axis=1), rtol=1e-12)
+        np.testing.assert_allclose(lines["B: layer mean"].get_ydata(), want_b.mean(axis=1), rtol=1e-12)
+        assert lines["uniform attention"].get_ydata()[0] == pytest.approx(a["uniform_entropy"][0], rel=1e-9)
+        # every head of both runs as a point: the panel's points are the two grids' values
+        points = np.sort(np.concatenate([c.get_offsets()[:, 1] for c in _panel(fig, column).collections]))
+        np.testing.assert_allclose(points, np.sort(np.concatenate([want_a.ravel(), want_b.ravel()])), rtol=1e-12)
+        difference = {line.get_label(): line for line in _panel(fig, f"{column}: B - A").get_lines()}
+        np.testing.assert_allclose(
+            difference["B - A: layer mean"].get_ydata(), (want_b - want_a).mean(axis=1), rtol=1e-9
+        )
+    assert fig.get_supxlabel() == f"A: {real}; B: {random}"  # the letters of the legends
+
+
+def test_plots_of_runs_of_another_shape_are_refused(runs, tmp_path):
+    root, real, _, other = runs
+    with atlas.open(root) as st, pytest.raises(AtlasError, match="2 layers x 2 heads.*6 x 12.*shapes match"):
+        st.plot("relative position", runs=[real, other])
+    out = tmp_path / "f.png"
+    args = ["plot", "entropy", "--run", real, "--compare", other, "--store", root, "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert f"--compare {other}: its model has 2 layers x 2 heads" in result.output and not out.exists()
+
+
+def test_cli_plot_compare_writes_the_api_figure_by_suffix(runs, tmp_path):
+    root, real, random, _ = runs
+    for suffix, magic in ((".png", b"\x89PNG"), (".svg", b"<?xml")):
+        out = tmp_path / f"cli{suffix}"
+        args = ["plot", "relative position", "--run", real, "--compare", random, "--store", root, "--out", str(out)]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        assert out.read_bytes().startswith(magic) and f"compared with {random}" in result.stderr
+    with atlas.open(root) as st:
+        save(st.plot("relative position", runs=[real, random]), tmp_path / "api.png")
+    api_png, cli_png = (np.asarray(Image.open(tmp_path / f"{w}.png")) for w in ("api", "cli"))
+    assert api_png.shape == cli_png.shape and np.array_equal(api_png, cli_png)

@@ -1,5 +1,6 @@
 """Figures stay readable: many panels wrap into rows, an entry about some layers draws only those, colour
-bars say what they show, the entropy figure has the uniform baseline; PNG, PDF or SVG by the suffix."""
+bars say what they show, the entropy figure has the uniform baseline; PNG, PDF or SVG by the suffix. Figures
+comparing runs: bars side by side with their differences, MDS maps side by side; other kinds refused."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 from PIL import Image
 
 from atlas.catalogue import Entry
+from atlas.compare import compare
 from atlas.errors import AtlasError
-from atlas.plot import _grid, _heatmap, _layers, plot
+from atlas.plot import _grid, _layers, figure, plot
 
 
 def _entry(plot_spec: str) -> Entry:
@@ -42,10 +44,10 @@ def test_only_the_layers_the_rows_hold():
 
 
 def test_colour_bars_are_labelled_and_entropy_has_the_uniform_baseline():
-    fig, (a, b) = plt.subplots(1, 2)
+    fig = figure(_entry("heatmap prev"), _heads(3, 4, ["prev"]))
+    assert [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"] == ["prev"]
+    fig, b = plt.subplots()
     grid, layers = _grid(_heads(3, 4, ["prev"]), "prev")
-    _heatmap(a, grid, layers, "prev")
-    assert fig.axes[-1].get_ylabel() == "prev"  # the colour bar's axis
     _layers(b, grid, layers, "entropy", baseline=1.25)
     baseline = [line for line in b.get_lines() if line.get_label() == "uniform attention"]
     assert len(baseline) == 1 and baseline[0].get_ydata()[0] == 1.25
@@ -62,3 +64,38 @@ def test_figure_formats(tmp_path):
     with pytest.raises(AtlasError, match="does not exist"):
         plot(_entry("heatmap x"), df, tmp_path / "missing" / "f.png")
     assert not list(tmp_path.glob(".*"))
+
+
+def test_compared_bars_stand_side_by_side_with_their_differences():
+    entry = _entry("bars layer value baseline")
+    frames = {
+        run: pl.DataFrame({"layer": [1, 2, 3], "value": values, "baseline": [base] * 3})
+        for run, values, base in (("a", [0.5, 0.7, 0.6], 0.8), ("b", [0.4, 0.9, 0.65], 0.75))
+    }
+    fig = figure(entry, compare(entry, frames), "demo", runs=["a", "b"])
+    top, bottom = (ax for ax in fig.axes if ax.patches)
+    heights = [[p.get_height() for p in c] for c in top.containers]
+    assert heights == [[0.5, 0.7, 0.6], [0.4, 0.9, 0.65]]
+    assert [line.get_ydata()[0] for line in top.get_lines()] == [0.8, 0.75]  # each run's baseline
+    assert [p.get_height() for p in bottom.patches] == pytest.approx([-0.1, 0.2, 0.05])
+    assert [t.get_text() for t in top.get_legend().get_texts()] == ["A", "B"]
+    assert fig.get_supxlabel() == "A: a; B: b"
+
+
+def test_compared_mds_maps_stand_side_by_side_without_a_difference():
+    entry = _entry("mds mds_x mds_y cluster")
+    frames = {run: _heads(2, 3, ["mds_x", "mds_y"]).with_columns(cluster=pl.lit(i)) for i, run in enumerate("ab")}
+    frames["b"] = frames["b"].with_columns(mds_x=-pl.col("mds_x"))
+    fig = figure(entry, compare(entry, frames), "demo", runs=["a", "b"])
+    panels = [ax for ax in fig.axes if ax.collections]
+    assert [ax.get_title() for ax in panels] == ["A: a", "B: b"]
+    for ax, run in zip(panels, "ab", strict=True):
+        want = frames[run].select("mds_x", "mds_y").to_numpy()
+        np.testing.assert_array_equal(ax.collections[0].get_offsets(), want)
+
+
+def test_comparisons_of_other_figure_kinds_are_refused():
+    entry = _entry("curve layer value head")
+    frames = {run: _heads(2, 2, ["value"]) for run in "ab"}
+    with pytest.raises(AtlasError, match=r"its figure \(curve\) has no comparison of runs"):
+        figure(entry, compare(entry, frames), "demo", runs=["a", "b"])
