@@ -24,8 +24,9 @@ KEYS = {
 HEAD_KEYS = ("layer", "head")
 
 
-def key_columns(entry: Entry, frame: pl.DataFrame) -> tuple[str, ...]:
-    keys = KEYS.get(entry.name) or tuple(c for c in HEAD_KEYS if c in frame.columns)
+def key_columns(entry: Entry, columns: pl.DataFrame | Sequence[str]) -> tuple[str, ...]:
+    """The columns naming a row of ``entry``'s answer (``columns``: the answer, or its column names)."""
+    keys = KEYS.get(entry.name) or tuple(c for c in HEAD_KEYS if c in columns)
     if not keys:
         raise AtlasError(f"'{entry.name}': its rows have no key to align runs on (no relation, layer or head)")
     return keys

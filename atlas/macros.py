@@ -13,26 +13,49 @@ is not safe: a macro parameter shadows every column of the same name (``task``, 
 ``direction`` are columns too), and a macro calling another one leaks its parameters into it. The SQL
 file stays the single source: the macros are rewritten with the views, and when the catalogue changes.
 Nothing in them names a path, so they survive moving or copying the store.
+
+Each entry that takes a run and has rows to align (see ``atlas.compare``) has a comparison macro too, the
+shell's ``atlas query NAME --run A --compare B``::
+
+    FROM compare_entropy(a := 'RUN_A', b := 'RUN_B') ORDER BY abs(entropy_diff) DESC
+
+with the entry's other parameters as in its own macro (a left out: the latest run). Its rows: the entry's
+answer for each run, aligned on the entry's key columns (layer and head, a NULL head being a layer's row;
+relation; ...) as ``atlas query --compare`` aligns them, in a's order (rows only in b after them); per value
+column ``col_a``, ``col_b`` and, for numbers, ``col_diff`` (b - a). Runs of models of another shape are
+refused for entries per head or layer, as in atlas. The value columns are read from the entry's answer
+(DESCRIBE, binding it without running it) when the macros are written.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 
 import duckdb
 
 from atlas.catalogue import Entry, Parameter, entries
+from atlas.compare import HEAD_KEYS, key_columns
+from atlas.errors import AtlasError
 
 LATEST = "the latest run"
 LATEST_SQL = "(SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1)"  # as Store.latest_run
 LITERAL = "atlas_literal"  # scalar macro: a value as SQL text ('x'::VARCHAR, '50'::INTEGER, NULL)
 _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $method: 'method' is a keyword
-VERSION = "1"  # of the generated text; part of the state recorded in atlas_meta
+# the DuckDB types of the columns polars calls numeric: a value column of one of them gets a difference
+_NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
+RUN_A = Parameter("a", "the reference run", LATEST)
+RUN_B = Parameter("b", "the run compared with a", None)
+VERSION = "2"  # of the generated text; part of the state recorded in atlas_meta
 
 
 def macro_name(entry: Entry) -> str:
     return re.sub(r"[^a-z0-9]+", "_", entry.name.lower()).strip("_")
+
+
+def compare_macro_name(entry: Entry) -> str:
+    return f"compare_{macro_name(entry)}"
 
 
 def _default_sql(p: Parameter) -> str:
@@ -58,35 +81,108 @@ def macro_call(entry: Entry) -> str:
     return f"FROM {macro_name(entry)}({', '.join(args)})"
 
 
-def _argument_sql(entry: Entry, p: Parameter) -> str:
-    """SQL building the text that replaces ``$name``: the argument as a literal; NULL: the latest run for a
-    run parameter, an error for a required one."""
+def _argument_sql(macro: str, p: Parameter) -> str:
+    """SQL building the text that replaces ``$name``: the argument (macro parameter ``p.name``) as a literal;
+    NULL: the latest run for a run parameter, an error for a required one."""
     if p.default == LATEST:
         missing = _quote(LATEST_SQL)
     elif p.default is None:
-        missing = _quote(f"error({_quote(f'{macro_name(entry)}: {p.name} := ... is required')})")
+        missing = _quote(f"error({_quote(f'{macro}: {p.name} := ... is required')})")
     else:
         missing = "'NULL'"
     return f"CASE WHEN {p.name} IS NULL THEN {missing} ELSE {LITERAL}({p.name}) END"
 
 
-def macro_sql(entry: Entry) -> str:
-    """CREATE MACRO statement of an entry."""
-    sql = entry.sql
-    known = {p.name: p for p in entry.parameters}
+def _pieces(sql: str, arguments: dict[str, str]) -> list[str]:
+    """SQL expressions whose concatenation is the text ``sql`` with each ``$name`` of ``arguments`` replaced by
+    the text its expression builds."""
     pieces: list[str] = []
     start = 0
     tokens = duckdb.tokenize(sql)
     for (pos, kind), (next_pos, next_kind) in zip(tokens, tokens[1:], strict=False):
         if kind == duckdb.token_type.operator and sql[pos] == "$" and next_kind in _NAME_TOKENS:
             name = re.match(r"\w+", sql[next_pos:]).group(0)
-            if next_pos == pos + 1 and name in known:
-                pieces += [_quote(sql[start:pos]), _argument_sql(entry, known[name])]
+            if next_pos == pos + 1 and name in arguments:
+                pieces += [_quote(sql[start:pos]), arguments[name]]
                 start = next_pos + len(name)
     pieces.append(_quote(sql[start:]))
-    params = ", ".join(f"{p.name} := {_default_sql(p)}" for p in entry.parameters)
-    text = " || ".join(pieces)
-    return f"CREATE OR REPLACE MACRO {macro_name(entry)}({params}) AS TABLE FROM query({text})"
+    return pieces
+
+
+def _macro(name: str, parameters: Sequence[Parameter], pieces: list[str]) -> str:
+    params = ", ".join(f"{p.name} := {_default_sql(p)}" for p in parameters)
+    return f"CREATE OR REPLACE MACRO {name}({params}) AS TABLE FROM query({' || '.join(pieces)})"
+
+
+def macro_sql(entry: Entry) -> str:
+    """CREATE MACRO statement of an entry."""
+    name = macro_name(entry)
+    arguments = {p.name: _argument_sql(name, p) for p in entry.parameters}
+    return _macro(name, entry.parameters, _pieces(entry.sql, arguments))
+
+
+def answer_columns(con: duckdb.DuckDBPyConnection, entry: Entry) -> list[tuple[str, str]]:
+    """The columns of an entry's answer and their DuckDB types (its macro bound, not run)."""
+    args = ", ".join(f"{p.name} := ''" for p in entry.parameters if p.name == "run" or p.default is None)
+    return [(row[0], row[1]) for row in con.execute(f"DESCRIBE FROM {macro_name(entry)}({args})").fetchall()]
+
+
+def compare_macro_sql(entry: Entry, columns: Sequence[tuple[str, str]]) -> str:
+    """CREATE MACRO statement of an entry's comparison of runs a and b, its answer having ``columns`` (name,
+    DuckDB type). Raises AtlasError for an answer without key columns (nothing to align)."""
+    name = compare_macro_name(entry)
+    keys = key_columns(entry, [column for column, _ in columns])
+    arguments = {p.name: _argument_sql(name, p) for p in entry.parameters if p.name != "run"}
+    sql = entry.sql.rstrip().removesuffix(";")
+    pieces = [_quote("WITH ")]
+    for alias, run in (("atlas_a", RUN_A), ("atlas_b", RUN_B)):  # each run's answer, its rows numbered in order
+        pieces.append(_quote(f"{alias} AS (SELECT *, row_number() OVER () AS atlas_order FROM (\n"))
+        pieces += _pieces(sql, {**arguments, "run": _argument_sql(name, run)})
+        pieces.append(_quote("\n)), "))
+    pieces += [_quote("atlas_ids AS (SELECT "), _argument_sql(name, RUN_A), _quote(" AS a, ")]
+    pieces += [_argument_sql(name, RUN_B), _quote(f" AS b), atlas_check AS ({_check_sql(entry, name, keys)}) ")]
+    pieces.append(_quote(_select_sql(keys, columns)))
+    return _macro(name, (RUN_A, RUN_B, *(p for p in entry.parameters if p.name != "run")), pieces)
+
+
+def _check_sql(entry: Entry, macro: str, keys: Sequence[str]) -> str:
+    """One row, true, when runs a and b (atlas_ids) can be compared; else the error saying why (as atlas)."""
+    shapes = ""
+    if set(keys) & set(HEAD_KEYS):
+        message = (
+            f"{macro}: b := '{{}}': its model has {{}} layers x {{}} heads, the model of a := '{{}}' {{}} x {{}}; "
+            f"'{entry.name}' aligns runs on layer and head only where the shapes match"
+        )
+        shapes = (
+            "WHEN ra.n_layers <> rb.n_layers OR ra.n_heads <> rb.n_heads THEN error(format("
+            f"{_quote(message)}, i.b, rb.n_layers, rb.n_heads, i.a, ra.n_layers, ra.n_heads)) "
+        )
+    no_run = _quote(f"{macro}: a := NULL is the latest run, and the store has no run")
+    missing = _quote(f"{macro}: {{}} := '{{}}': no such run (see FROM runs)")
+    same = _quote(f"{macro}: a and b are the same run; name two different runs")
+    return (
+        f"SELECT CASE WHEN i.a IS NULL THEN error({no_run}) "
+        f"WHEN ra.run_id IS NULL THEN error(format({missing}, 'a', i.a)) "
+        f"WHEN rb.run_id IS NULL THEN error(format({missing}, 'b', i.b)) "
+        f"WHEN i.a = i.b THEN error({same}) {shapes}ELSE true END AS ok "
+        "FROM atlas_ids i LEFT JOIN runs ra ON ra.run_id = i.a LEFT JOIN runs rb ON rb.run_id = i.b"
+    )
+
+
+def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:
+    """The two answers aligned on ``keys`` (NULL matching NULL) as ``atlas.compare.compare`` aligns them: the
+    keys, then per value column a's, b's and for numbers the difference b - a."""
+    selected = [f'coalesce(atlas_a."{k}", atlas_b."{k}") AS "{k}"' for k in keys]
+    for column, kind in columns:
+        if column not in keys:
+            selected += [f'atlas_a."{column}" AS "{column}_a"', f'atlas_b."{column}" AS "{column}_b"']
+            if _NUMERIC.fullmatch(kind):
+                selected.append(f'atlas_b."{column}" - atlas_a."{column}" AS "{column}_diff"')
+    aligned = " AND ".join(f'atlas_a."{k}" IS NOT DISTINCT FROM atlas_b."{k}"' for k in keys)
+    return (
+        f"SELECT {', '.join(selected)} FROM atlas_a FULL JOIN atlas_b ON {aligned} "
+        "WHERE (SELECT ok FROM atlas_check) ORDER BY atlas_a.atlas_order NULLS LAST, atlas_b.atlas_order"
+    )
 
 
 def macros_state() -> str:
@@ -98,16 +194,24 @@ def macros_state() -> str:
 
 
 def write_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)write every entry's macro and record the catalogue's state in atlas_meta."""
+    """(Re)write every entry's macro and comparison macro, and record the catalogue's state in atlas_meta."""
     con.execute(
         f"CREATE OR REPLACE MACRO {LITERAL}(v) AS CASE WHEN v IS NULL THEN 'NULL' "
         "ELSE '''' || replace(v::VARCHAR, '''', '''''') || '''::' || typeof(v) END"
     )
-    names = [macro_name(entry) for entry in entries()]
+    names: list[str] = []
+    for entry in entries():
+        con.execute(macro_sql(entry))
+        names.append(macro_name(entry))
+        if "run" not in {p.name for p in entry.parameters}:
+            continue
+        try:
+            con.execute(compare_macro_sql(entry, answer_columns(con, entry)))
+        except (duckdb.Error, AtlasError):  # an answer DuckDB cannot bind (its own macro says why when called),
+            continue  # or one without key columns (atlas refuses to compare it too): no comparison macro
+        names.append(compare_macro_name(entry))
     written = con.execute("SELECT value FROM atlas_meta WHERE key = 'macros'").fetchone()
     for name in set(written[0].split(",") if written else []) - set(names):  # entries no longer in the catalogue
         con.execute(f'DROP MACRO TABLE IF EXISTS "{name}"')  # (macros a user added to the file stay)
-    for entry in entries():
-        con.execute(macro_sql(entry))
     con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros', ?)", [",".join(names)])
     con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros_state', ?)", [macros_state()])

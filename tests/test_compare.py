@@ -1,11 +1,12 @@
 """One entry across runs: the comparison equals the single-run answers joined on the entry's keys, with the
 differences to the first run; runs of another shape, entries without a run and bad run lists are refused. Its
 figure holds each run's panel on one colour scale and the difference (heat maps), or the runs overlaid and the
-difference below (per layer curves)."""
+difference below (per layer curves). The comparison macros in the DuckDB CLI answer as ``atlas query --compare``."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -17,11 +18,14 @@ from PIL import Image
 from polars.testing import assert_frame_equal, assert_series_equal
 
 import atlas
+from atlas.catalogue import resolve
 from atlas.errors import AtlasError
+from atlas.macros import compare_macro_name
 from atlas.model.load import load_model
 from atlas.plot import save
 from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
+from tests.test_macros import assert_same, macro_columns, shell
 
 pytestmark = pytest.mark.filterwarnings("ignore::atlas.api.AtlasNote")
 
@@ -197,3 +201,29 @@ def test_cli_plot_compare_writes_the_api_figure_by_suffix(runs, tmp_path):
         save(st.plot("relative position", runs=[real, random]), tmp_path / "api.png")
     api_png, cli_png = (np.asarray(Image.open(tmp_path / f"{w}.png")) for w in ("api", "cli"))
     assert api_png.shape == cli_png.shape and np.array_equal(api_png, cli_png)
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "args"),
+    [
+        ("best head per dependency relation", {"min_count": 3}, ", min_count := 3"),  # per relation
+        ("entropy", {}, ""),  # per head
+        ("special tokens", {}, ""),  # per layer (head NULL) and per head
+    ],
+)
+def test_comparison_macro_in_the_duckdb_cli_is_query_compare(runs, tmp_path, name, params, args):
+    root, real, random, other = runs
+    with atlas.open(root) as st:
+        frame = st.query(name, runs=[real, random], **params)
+    db = Path(root) / "atlas.duckdb"
+    result = shell(db, f"FROM {compare_macro_name(resolve(name))}(a := '{real}', b := '{random}'{args})", tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_same(macro_columns(frame, real, random), result.stdout)
+    assert any(c.endswith("_diff") for c in macro_columns(frame, real, random).columns)
+    result = shell(db, f"FROM {compare_macro_name(resolve(name))}(a := '{real}', b := '{other}'{args})", tmp_path)
+    if name == "best head per dependency relation":  # per relation: aligned whatever the shapes
+        with atlas.open(root) as st:
+            assert_same(macro_columns(st.query(name, runs=[real, other], **params), real, other), result.stdout)
+    else:
+        assert result.returncode != 0, result.stdout
+        assert f"b := '{other}': its model has 2 layers x 2 heads, the model of a := '{real}' 6 x 12" in result.stderr

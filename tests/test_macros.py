@@ -1,6 +1,7 @@
 """The catalogue as DuckDB table macros: every entry answers through its macro in the real DuckDB CLI with the
-rows of ``atlas query``, defaults included; sparse runs are refused as in atlas; the macros hold no path, so a
-copied store answers the same."""
+rows of ``atlas query``, defaults included, and every entry of a run compares two runs through its comparison
+macro with the rows of ``atlas query --compare``; sparse runs are refused as in atlas; the macros hold no path,
+so a copied store answers the same."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 import atlas
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
-from atlas.macros import macro_call, macro_name
+from atlas.macros import compare_macro_name, macro_call, macro_name
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
 DUCKDB = Path(sys.executable).parent / "duckdb"  # the duckdb-cli package: the library's version
@@ -84,6 +85,55 @@ def test_every_entry_answers_through_its_macro_in_the_duckdb_cli(store, tmp_path
     assert answered >= 12  # the entries over a run's attention answer on this store
 
 
+def macro_columns(frame: pl.DataFrame, a: str, b: str) -> pl.DataFrame:
+    """``atlas query --compare``'s columns (col@A, col@B, col_diff@B) named as the comparison macro's (col_a, col_b,
+    col_diff)."""
+    names = {}
+    for column in frame.columns:
+        for suffix, short in ((f"_diff@{b}", "_diff"), (f"@{a}", "_a"), (f"@{b}", "_b")):
+            if column.endswith(suffix):
+                names[column] = column.removesuffix(suffix) + short
+                break
+    return frame.rename(names)
+
+
+@pytest.mark.filterwarnings("ignore::atlas.api.AtlasNote")
+def test_every_entry_of_a_run_compares_through_its_macro_as_in_atlas(store, tmp_path):
+    root, sparse, dense = store
+    compared = 0
+    with atlas.open(root) as st:
+        for entry in entries():
+            takes = {p.name for p in entry.parameters}
+            if "run" not in takes:
+                continue
+            params, args = ({"min_count": 3}, ", min_count := 3") if "min_count" in takes else ({}, "")
+            sql = f"FROM {compare_macro_name(entry)}(a := '{sparse}', b := '{dense}'{args})"
+            result = shell(root / "atlas.duckdb", sql, tmp_path)
+            try:
+                frame = st.query(entry.name, runs=[sparse, dense], **params)
+            except AtlasError as exc:  # refused in atlas (sparse run, a step not run yet): refused or empty
+                assert result.returncode != 0 or result.stdout.count("\n") <= 1, (entry.name, str(exc))
+                continue
+            assert result.returncode == 0, (entry.name, result.stderr)
+            assert_same(macro_columns(frame, sparse, dense), result.stdout)
+            compared += len(frame) > 0
+        # a left out is the latest run, as --run
+        latest = macro_columns(st.query("entropy", runs=[dense, sparse]), dense, sparse)
+    assert_same(latest, shell(root / "atlas.duckdb", f"FROM compare_entropy(b := '{sparse}')", tmp_path).stdout)
+    assert compared >= 7  # the entries over a run's attention that answer on a sparse run
+
+
+def test_comparison_macros_refuse_what_atlas_refuses(store, tmp_path):
+    root, sparse, dense = store
+    for sql, message in (
+        (f"FROM compare_entropy(a := '{dense}')", "compare_entropy: b := ... is required"),
+        (f"FROM compare_entropy(a := '{dense}', b := 'nope')", "compare_entropy: b := 'nope': no such run"),
+        (f"FROM compare_entropy(a := '{dense}', b := '{dense}')", "a and b are the same run"),
+    ):
+        result = shell(root / "atlas.duckdb", sql, tmp_path)
+        assert result.returncode != 0 and message in result.stderr, (sql, result.stderr)
+
+
 def test_sparse_runs_are_refused_through_the_macro_as_in_atlas(store, tmp_path):
     root, sparse, _ = store
     result = shell(root / "atlas.duckdb", f"FROM cls_attention_by_feature(run := '{sparse}')", tmp_path)
@@ -105,6 +155,10 @@ def test_macros_survive_copying_and_moving_the_store(store, tmp_path):
     here, there = shell(root / "atlas.duckdb", sql, tmp_path), shell(moved / "atlas.duckdb", sql, moved)
     assert here.returncode == 0 and there.returncode == 0 and here.stdout.count("\n") == 2
     assert there.stdout == here.stdout
+    assert "compare_entropy" in text.stdout  # the comparison macros too
+    sql = f"FROM compare_entropy(a := '{store[1]}', b := '{store[2]}')"
+    here, there = shell(root / "atlas.duckdb", sql, tmp_path), shell(moved / "atlas.duckdb", sql, moved)
+    assert here.returncode == 0 and here.stdout.count("\n") == 6 * 12 + 1 and there.stdout == here.stdout
 
 
 def test_atlas_queries_shows_each_macro_call():
