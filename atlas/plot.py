@@ -218,7 +218,7 @@ def _compare_heatmaps(heads: pl.DataFrame, columns: Sequence[str], runs: Sequenc
         limits = _limits(differences, symmetric=True)
         for i, (ax, run, grid) in enumerate(zip(row[len(runs) :], others, differences, strict=True), 1):
             name = f"{_letter(i)} - A"
-            image = _heatmap(ax, grid, layers, f"{column}: {name}\n{run} - {first}", limits, DIFFERENCE_MAP)
+            image = _heatmap(ax, grid, layers, f"{column}: {name}\n{run}\nminus {first}", limits, DIFFERENCE_MAP)
         _colour_bar(image, list(row[len(runs) :]), f"{column}: difference to A")
     return fig
 
@@ -254,9 +254,15 @@ def _compare_layers(
     return fig
 
 
+def _wrap(text: str, width: int) -> str:
+    """Lines of at most ``width`` characters, run ids left whole."""
+    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
+
+
 def _name_runs(fig: Figure, runs: Sequence[str]) -> None:
     """Which run each letter of the legends is, under the panels."""
-    fig.supxlabel("; ".join(f"{_letter(i)}: {run}" for i, run in enumerate(runs)), fontsize=8)
+    text = "; ".join(f"{_letter(i)}: {run}" for i, run in enumerate(runs))
+    fig.supxlabel(_wrap(text, int(fig.get_figwidth() * 15)), fontsize=8)
 
 
 def _compare_bars(df: pl.DataFrame, x: str, y: str, baseline: str, runs: Sequence[str]) -> Figure:
@@ -343,7 +349,7 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
         raise AtlasError(f"'{entry.name}': no rows to plot")
     if runs:
         fig = _comparison(entry, df, heads, runs)
-        fig.suptitle("\n".join(textwrap.wrap(source or entry.name, int(fig.get_figwidth() * 14))), fontsize=9)
+        fig.suptitle(_wrap(source or entry.name, int(fig.get_figwidth() * 14)), fontsize=9)
         return fig
     title = "\n".join(textwrap.wrap(source or f"{entry.name} ({entry.paper})", 90))
     if kind == "stacked":
