@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from atlas.errors import AtlasError
+
 
 @dataclass
 class Intervention:
@@ -77,5 +79,8 @@ def gate(module: torch.nn.Module, output: torch.Tensor) -> torch.Tensor:
 def _layer(module: torch.nn.Module) -> int:
     layer = getattr(module, "layer_idx", None)
     if layer is None:
-        raise RuntimeError(f"{type(module).__name__} has no layer_idx: heads of this model cannot be intervened on")
+        raise AtlasError(
+            f"{type(module).__name__} has no layer index (one module shared by every layer, as in ALBERT): "
+            "its heads cannot be intervened on per layer"
+        )
     return layer

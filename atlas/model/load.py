@@ -1,6 +1,7 @@
-"""Load a model (safetensors only, no remote code) and run it with attention captured (``atlas.model.capture``).
+"""Load a model (safetensors only, no remote code, float32) and run it with attention captured
+(``atlas.model.capture``): encoders and decoder-only models of the families ``capture.FAMILIES`` names.
 
-A model whose layers do not route through the capture function is refused with a clear error.
+A model of another architecture is refused with a one-line error naming it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError
-from atlas.model.capture import CAPTURE, recording
+from atlas.model.capture import CAPTURE, check_family, prepare, recording
 from atlas.model.identity import DEFAULT_MODEL, config_hash, default_model_path, weights_hash
+from atlas.model.kinds import is_decoder
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
@@ -32,6 +34,7 @@ class LoadedModel:
     n_layers: int
     n_heads: int
     max_positions: int
+    decoder: bool = False  # causal self-attention: a token attends to itself and the tokens before it
     random_init: bool = False
     seed: int = 0
 
@@ -55,14 +58,22 @@ def load_model(
         raise AtlasError(f"--model '{shown}': no such model directory")
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False, **config_overrides)
+        check_family(config, f"--model '{shown}'")
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         torch.manual_seed(seed)
         if random_init:
             model_hash = config_hash(config.to_json_string(), seed)  # as read: building the model sets its dtype
-            model = auto_class.from_config(config, attn_implementation=CAPTURE, trust_remote_code=False)
+            model = auto_class.from_config(
+                config, attn_implementation=CAPTURE, dtype=torch.float32, trust_remote_code=False
+            )
         else:
             model = auto_class.from_pretrained(
-                source, config=config, attn_implementation=CAPTURE, use_safetensors=True, trust_remote_code=False
+                source,
+                config=config,
+                attn_implementation=CAPTURE,
+                dtype=torch.float32,
+                use_safetensors=True,
+                trust_remote_code=False,
             )
             model_hash = weights_hash(source)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
@@ -70,8 +81,7 @@ def load_model(
         raise AtlasError(f"--model '{shown}': cannot load it ({first})") from None
     if not tokenizer.is_fast:
         raise AtlasError(f"--model '{shown}': a fast tokenizer is required")
-    if tokenizer.cls_token_id is None or tokenizer.sep_token_id is None:
-        raise AtlasError(f"--model '{shown}': the tokenizer has no [CLS]/[SEP] tokens (BERT-style input needed)")
+    prepare(model)
     model.eval()
     return LoadedModel(
         model=model,
@@ -81,10 +91,21 @@ def load_model(
         model_hash=model_hash,
         n_layers=config.num_hidden_layers,
         n_heads=config.num_attention_heads,
-        max_positions=getattr(config, "max_position_embeddings", 512),
+        max_positions=_max_positions(model),
+        decoder=is_decoder(config),
         random_init=random_init,
         seed=seed,
     )
+
+
+def _max_positions(model: PreTrainedModel) -> int:
+    """The longest input the model takes (``n_positions`` for GPT-2 through transformers' attribute map).
+    RoBERTa-style embeddings number positions from ``padding_idx + 1``: 514 position vectors take 512 tokens."""
+    positions = getattr(model.config, "max_position_embeddings", 512)
+    embedding = getattr(getattr(model.base_model, "embeddings", None), "position_embeddings", None)
+    if isinstance(embedding, torch.nn.Embedding) and embedding.padding_idx is not None:
+        positions -= embedding.padding_idx + 1
+    return positions
 
 
 def attention(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
@@ -109,4 +130,7 @@ def attention(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]]) -> lis
             "this architecture does not route attention through transformers' AttentionInterface"
         )
     stacked = torch.stack(maps, dim=1).float().numpy()  # [batch, layers, heads, q, k]
-    return [stacked[row, :, :, : len(ids), : len(ids)] for row, (ids, _) in enumerate(inputs)]
+    out = [stacked[row, :, :, : len(ids), : len(ids)] for row, (ids, _) in enumerate(inputs)]
+    if lm.decoder and any(np.triu(attn, k=1).any() for attn in out):
+        raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
+    return out

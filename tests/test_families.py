@@ -1,0 +1,292 @@
+"""Every model family the atlas takes: a tiny random model of each (2 layers, 4 heads, 2 key/value heads where the
+family groups them), built from its config with a tokenizer of its kind (``tests/tokenizers_helpers.py``), saved
+with safetensors and loaded through ``load_model``. The attention captured equals transformers' own eager attention
+(``attn_implementation="eager"``, ``output_attentions=True``) on a padded batch, layer for layer; a decoder puts no
+weight on a future token; sliding windows, soft-capping and grouped key/value heads are the model's own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tokenizers_helpers import TOKENIZERS, save, training_text
+from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
+
+from atlas.errors import AtlasError
+from atlas.model.capture import FAMILIES
+from atlas.model.intervene import Intervention, intervening
+from atlas.model.load import LoadedModel, attention, load_model, recording
+
+SIZE = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "intermediate_size": 64,
+    "initializer_range": 0.4,  # peaked attention, so that a wrong mask, scale or cap shows
+}
+WINDOW = 4  # sliding window of the families that have one (the inputs are longer)
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str
+    tokenizer: str  # a key of TOKENIZERS: the family's kind of tokenizer
+    config: dict[str, object] = field(default_factory=dict)
+    decoder: bool = False
+    windowed: bool = False  # a layer attends within a sliding window
+    max_positions: int | None = None  # the longest input, where it is not config.max_position_embeddings
+
+
+CASES = {
+    "bert": Family("bert", "bert"),
+    "roberta": Family("roberta", "roberta", {"max_position_embeddings": 66}, max_positions=64),
+    "xlm-roberta": Family("xlm-roberta", "xlmr", {"max_position_embeddings": 66}, max_positions=64),
+    "electra": Family("electra", "bert", {"embedding_size": 16}),
+    "distilbert": Family("distilbert", "bert", {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64}),
+    "albert": Family("albert", "albert", {"embedding_size": 16}),
+    "deberta-v2": Family(  # v3's settings: relative attention both ways, log buckets, shared keys, no token types
+        "deberta-v2",
+        "albert",
+        {
+            "relative_attention": True,
+            "pos_att_type": ["p2c", "c2p"],
+            "position_buckets": 8,
+            "max_relative_positions": -1,
+            "share_att_key": True,
+            "norm_rel_ebd": "layer_norm",
+            "type_vocab_size": 0,
+        },
+    ),
+    "modernbert": Family(  # layer 0 global, layer 1 local (a window of 4 around each token)
+        "modernbert", "bert", {"global_attn_every_n_layers": 2, "local_attention": WINDOW}, windowed=True
+    ),
+    "gpt2": Family("gpt2", "gpt2", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}, decoder=True),
+    "gpt2-upcast": Family(  # GPT-2's other eager path: float32 scores scaled by 1 / (layer + 1) inside baddbmm
+        "gpt2",
+        "gpt2",
+        {
+            "n_embd": 32,
+            "n_layer": 2,
+            "n_head": 4,
+            "reorder_and_upcast_attn": True,
+            "scale_attn_by_inverse_layer_idx": True,
+        },
+        decoder=True,
+    ),
+    "llama": Family("llama", "llama3", {"num_key_value_heads": 2}, decoder=True),
+    "mistral": Family("mistral", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
+    "qwen2": Family(
+        "qwen2",
+        "gpt2",
+        {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
+        True,
+        True,
+    ),
+    "qwen3": Family(
+        "qwen3",
+        "gpt2",
+        {
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "use_sliding_window": True,
+            "sliding_window": WINDOW,
+            "max_window_layers": 1,
+        },
+        True,
+        True,
+    ),  # fmt: skip
+    "gemma": Family("gemma", "llama2", {"num_key_value_heads": 1, "head_dim": 8}, decoder=True),  # multi-query
+    "gemma2": Family(  # sliding and global layers, logits soft-capped at 2, scaled by 16 ** -0.5 (not head_dim's)
+        "gemma2",
+        "llama2",
+        {
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "sliding_window": WINDOW,
+            "attn_logit_softcapping": 2.0,
+            "query_pre_attn_scalar": 16,
+        },
+        True,
+        True,
+    ),  # fmt: skip
+    "gemma3": Family(
+        "gemma3_text",
+        "llama2",
+        {
+            "num_key_value_heads": 2,
+            "head_dim": 8,
+            "sliding_window": WINDOW,
+            "query_pre_attn_scalar": 16,
+            "layer_types": ["sliding_attention", "full_attention"],
+        },
+        True,
+        True,
+    ),  # fmt: skip
+    "phi": Family("phi", "gpt2", {"num_key_value_heads": 2, "partial_rotary_factor": 0.5}, decoder=True),
+    "phi3": Family("phi3", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
+}
+
+
+def _config(family: Family, tok: PreTrainedTokenizerFast):
+    ids = {
+        "vocab_size": len(tok),
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": tok.bos_token_id if tok.bos_token_id is not None else tok.cls_token_id,
+        "eos_token_id": tok.eos_token_id if tok.eos_token_id is not None else tok.sep_token_id,
+    }
+    if family.model_type == "modernbert":
+        ids |= {"cls_token_id": tok.cls_token_id, "sep_token_id": tok.sep_token_id}
+    return AutoConfig.for_model(family.model_type, **SIZE, **ids, **family.config)
+
+
+def build(family: Family, folder: Path) -> Path:
+    """A tiny random model of the family with its tokenizer, saved (safetensors) where ``load_model`` reads it."""
+    tok = TOKENIZERS[family.tokenizer]()
+    torch.manual_seed(0)
+    AutoModel.from_config(_config(family, tok)).save_pretrained(folder)
+    return save(tok, folder)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("families")
+    return {name: build(f, root / name) for name, f in CASES.items()}
+
+
+def texts(n: int = 2) -> list[str]:
+    """Sample sentences of 12 to 25 words, shortest last, so that the batch is padded."""
+    fit = (t for t in training_text() if 12 <= len(t.split()) <= 25)
+    return sorted(islice(fit, n), key=len, reverse=True)
+
+
+def padded(lm: LoadedModel, inputs: list[list[int]]) -> dict[str, torch.Tensor]:
+    longest = max(len(ids) for ids in inputs)
+    pad = lm.tokenizer.pad_token_id or 0
+    input_ids = torch.tensor([ids + [pad] * (longest - len(ids)) for ids in inputs])
+    mask = torch.tensor([[1] * len(ids) + [0] * (longest - len(ids)) for ids in inputs])
+    return {"input_ids": input_ids, "attention_mask": mask}
+
+
+def eager_maps(folder: Path, batch: dict[str, torch.Tensor]) -> list[np.ndarray]:
+    """transformers' own eager attention ``[batch][layers, heads, n, n]`` of each input's real tokens."""
+    model = AutoModel.from_pretrained(folder, attn_implementation="eager", dtype=torch.float32).eval()
+    with torch.inference_mode():
+        out = model(**batch, output_attentions=True)
+    stacked = torch.stack(out.attentions, dim=1).numpy()
+    return [stacked[row, :, :, :n, :n] for row, n in enumerate(batch["attention_mask"].sum(dim=1).tolist())]
+
+
+def test_every_family_is_covered():
+    assert sorted({f.model_type for f in CASES.values()}) == sorted(FAMILIES)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_captured_attention_equals_eager_attention(built, name):
+    family = CASES[name]
+    lm = load_model(str(built[name]))
+    config = lm.model.config
+    assert (lm.n_layers, lm.n_heads, lm.decoder) == (2, 4, family.decoder)
+    assert lm.max_positions == (family.max_positions or config.max_position_embeddings)
+    inputs = [lm.tokenizer(t)["input_ids"] for t in texts()]
+    assert len(inputs[0]) > len(inputs[1]) > 2 * WINDOW
+    captured = attention(lm, [(ids, [0] * len(ids)) for ids in inputs])
+    batch = padded(lm, inputs)
+    eager = eager_maps(built[name], batch)
+    for ids, got, want in zip(inputs, captured, eager, strict=True):
+        n = len(ids)
+        assert got.shape == want.shape == (2, 4, n, n)  # every layer and head
+        assert np.abs(got - want).max() <= 1e-6
+        np.testing.assert_allclose(got.sum(axis=-1), 1.0, atol=1e-5)
+        if family.decoder:
+            assert not np.triu(got, k=1).any()  # no weight on a future token
+            assert np.triu(want, k=1).sum() == 0
+        if family.windowed:  # a layer gives nothing to the tokens more than a window away
+            far = np.abs(np.subtract.outer(np.arange(n), np.arange(n))) > WINDOW
+            assert any((layer[:, far] == 0).all() for layer in got)
+    alone = eager_maps(built[name], padded(lm, inputs[1:]))[0]  # the padded input run alone
+    assert np.abs(captured[1] - alone).max() <= 1e-5
+
+
+def test_a_decoder_never_looks_ahead(built):
+    """``attention`` refuses maps with weight on a future token when the model is a decoder."""
+    lm = load_model(str(built["bert"]))
+    lm.decoder = True  # a bidirectional model taken for a decoder
+    ids = lm.tokenizer(texts(1)[0])["input_ids"]
+    with pytest.raises(AtlasError, match="future token"):
+        attention(lm, [(ids, [0] * len(ids))])
+
+
+@pytest.mark.parametrize(
+    ("model_type", "architecture"), [("mpnet", "MPNetModel"), ("gpt_neox", "GPTNeoXForCausalLM"), ("t5", None)]
+)
+def test_an_unsupported_architecture_is_refused_in_one_line(tmp_path, model_type, architecture):
+    AutoConfig.for_model(model_type, architectures=[architecture] if architecture else None).save_pretrained(tmp_path)
+    with pytest.raises(AtlasError) as err:
+        load_model(str(tmp_path))
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"architecture {architecture or model_type} (model_type {model_type}) is not supported" in message
+
+
+@pytest.mark.parametrize("name", ["distilbert", "deberta-v2", "llama", "gemma2"])
+def test_uniform_heads_and_kept_attention(built, name):
+    """Kovaleva et al.'s uniform head is 1/L over the tokens it may see (its real tokens; in a decoder those up to
+    itself, within its window); the layer below and the other heads are untouched; kept maps carry gradients."""
+    lm = load_model(str(built[name]))
+    batch = padded(lm, [lm.tokenizer(t)["input_ids"] for t in texts()])
+    with torch.inference_mode(), recording() as base:
+        lm.model(**batch)
+    with torch.inference_mode(), intervening(Intervention(uniform={1: [0, 2]})), recording() as changed:
+        lm.model(**batch)
+    assert torch.equal(changed[0], base[0])
+    assert torch.equal(changed[1][:, [1, 3]], base[1][:, [1, 3]])
+    for row, n in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+        for head in (0, 2):
+            probs = changed[1][row, head, :n]
+            seen = base[1][row, head, :n] > 0  # the tokens this head can see
+            want = seen.double() / seen.sum(dim=-1, keepdim=True)
+            assert torch.allclose(probs.double(), want, atol=1e-7)
+            assert torch.all(changed[1][row, head, :n, n:] == 0)
+    with intervening(Intervention(keep=True)) as seen:
+        lm.model(**batch).last_hidden_state.sum().backward()
+    assert len(seen.kept) == lm.n_layers
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in seen.kept)
+
+
+def test_deberta_gates_scale_each_heads_output(built):
+    """DeBERTa-v2's heads are gated on their probabilities, which scales each head's output by its gate (Michel
+    et al.'s xi_h), per layer and head or per example, layer, head and token."""
+    lm = load_model(str(built["deberta-v2"]))
+    batch = padded(lm, [lm.tokenizer(t)["input_ids"] for t in texts()])
+    self_attention = lm.model.encoder.layer[0].attention.self
+    outputs: list[torch.Tensor] = []
+    hook = self_attention.register_forward_hook(lambda _m, _a, out: outputs.append(out[0]))
+    size, length = batch["input_ids"].shape
+    per_head = torch.tensor([[0.0, 0.5, 1.0, 2.0], [1.0, 1.0, 1.0, 1.0]])
+    per_token = torch.rand(size, 2, 4, length, generator=torch.Generator().manual_seed(0))
+    try:
+        with torch.inference_mode():
+            lm.model(**batch)
+            for gates in (per_head, per_token):
+                with intervening(Intervention(gates=gates)):
+                    lm.model(**batch)
+    finally:
+        hook.remove()
+    plain = outputs[0].view(size, length, 4, -1)
+    by_head = per_head[0][None, None, :, None]
+    by_token = per_token[:, 0].transpose(1, 2)[..., None]  # [batch, q, heads, 1]
+    torch.testing.assert_close(outputs[1].view(size, length, 4, -1), plain * by_head, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(outputs[2].view(size, length, 4, -1), plain * by_token, rtol=1e-5, atol=1e-6)
+
+
+def test_albert_heads_cannot_be_intervened_on_per_layer(built):
+    """ALBERT runs one shared attention module in every layer: a per-layer intervention is refused."""
+    lm = load_model(str(built["albert"]))
+    batch = padded(lm, [lm.tokenizer(texts(1)[0])["input_ids"]])
+    with torch.inference_mode(), intervening(Intervention(uniform={1: [0]})), pytest.raises(AtlasError, match="ALBERT"):
+        lm.model(**batch)
