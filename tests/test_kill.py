@@ -1,5 +1,5 @@
-"""kill -9 at any point of a command that writes leaves the store (and a checkpoint folder) as before or
-complete, never half-written, and the same command then succeeds.
+"""kill -9 at any point of a command that writes leaves the store (and a checkpoint folder, new or replacing
+one) as before or complete, never half-written, and the same command then succeeds.
 
 Each command is killed twice, once at a seeded random moment and once the moment its first pending,
 temporary or journal file appears (the write phase), then run to the end; what the store shows after
@@ -9,6 +9,7 @@ transaction are also taken one by one in-process.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -47,11 +48,13 @@ def visible(store: Path) -> dict[str, int]:
 
 
 def checkpoint_state(out: Path | None) -> str:
+    """'absent', or which checkpoint is in place (the hash of its weights), whole."""
     if out is None or not out.exists():
         return "absent"
     info = json.loads((out / "atlas_task.json").read_text())  # a folder in place is whole
-    assert (out / "model.safetensors").stat().st_size > 0 and info
-    return "complete"
+    weights = (out / "model.safetensors").read_bytes()
+    assert weights and info
+    return hashlib.sha256(weights).hexdigest()
 
 
 def _writing(store: Path, out: Path | None) -> bool:
@@ -138,6 +141,7 @@ def test_kill_finetune_and_ablate(tiny, tmp_path):
     Store(store).create()
     finetune = ["finetune", "--model", str(tiny), "--out", str(out), "--train-limit", "16", "--epochs", "1", "--quiet"]
     check_kills([*finetune, *data], store, (1.0, 2.5), out)
+    check_kills([*finetune, "--seed", "1", *data], store, (1.0, 2.5), out)  # over the checkpoint: old or new
     check_kills(["ablate", "--model", str(out), "--method", "mask", *data], store, (1.0, 2.5))
 
 

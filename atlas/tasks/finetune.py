@@ -10,13 +10,12 @@ Seeded: the task head's initial weights, a random init's encoder, the training s
 the first N examples after a seeded shuffle) and the batch order. ``epochs=0`` saves the model as it is:
 Kovaleva et al.'s "pre-trained, not fine-tuned" row. The checkpoint folder (weights, config, tokenizer
 and ``atlas_task.json`` with the training settings and dev metrics) is written under a temporary name
-and renamed into place.
+and put in place of the old one so that a kill at any point leaves one of them whole (``publish``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from tqdm import tqdm
 
 from atlas.errors import AtlasError
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
+from atlas.tasks.publish import publish, recover, staging
 from ingest.glue_tsv import Examples
 
 NO_DECAY = ("bias", "LayerNorm.weight")  # run_classifier.py: no weight decay on these parameters
@@ -126,26 +126,24 @@ def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress:
 
 
 def check_out(out: Path) -> None:
-    """Refuse an --out folder that would lose data: only a new, empty or checkpoint folder is replaced."""
+    """Refuse an --out folder that would lose data: only a new, empty or checkpoint folder is replaced (after
+    a killed save is undone or finished)."""
     if not out.resolve().name:
         raise AtlasError(f"--out '{out}': not a folder name")
+    recover(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / TASK_FILE).is_file())):
         raise AtlasError(f"--out '{out}': exists and is not a checkpoint of 'atlas finetune'; choose a new folder")
 
 
 def save(tm: TaskModel, out: Path, info: dict) -> None:
-    """Write the checkpoint folder atomically (an existing one is replaced only once the new one is whole)."""
-    tmp = out.with_name(f".{out.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Write the checkpoint folder beside ``out``, then put it in place: an existing one is replaced only once
+    the new one is whole, and a kill at any point leaves one of them (see ``atlas.tasks.publish``)."""
+    recover(out)
+    tmp = staging(out)
     tm.lm.model.save_pretrained(tmp, safe_serialization=True)
     tm.lm.tokenizer.save_pretrained(tmp)
     (tmp / TASK_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    old = out.with_name(f".{out.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    publish(out)
 
 
 def finetune(
