@@ -200,7 +200,8 @@ def test_cli_plot_compare_writes_the_api_figure_by_suffix(runs, tmp_path):
     with atlas.open(root) as st:
         save(st.plot("relative position", runs=[real, random]), tmp_path / "api.png")
     api_png, cli_png = (np.asarray(Image.open(tmp_path / f"{w}.png")) for w in ("api", "cli"))
-    assert api_png.shape == cli_png.shape and np.array_equal(api_png, cli_png)
+    # the same figure: a colour or a printed value may flip where DuckDB's parallel averages differ in the last bit
+    assert api_png.shape == cli_png.shape and np.mean(api_png != cli_png) < 1e-3
 
 
 @pytest.mark.parametrize(
