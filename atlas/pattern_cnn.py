@@ -8,6 +8,8 @@ label classes every map of the run into ``patterns`` (method 'cnn').
 
 from __future__ import annotations
 
+import csv
+import re
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,7 @@ from atlas.patterns import CLASSES
 from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store
 
+LABEL_COLUMNS = ("example_id", "layer", "head", "pattern")  # of a labels file (more columns are left out)
 SIZE = 32
 EPOCHS = 40
 
@@ -67,24 +70,59 @@ def cross_validated_f1(x: torch.Tensor, y: torch.Tensor, folds: int = 5, seed: i
 
 
 def read_labels(path: Path) -> pl.DataFrame:
+    """The labels file's rows (``LABEL_COLUMNS`` and the ``line`` each is on). A malformed row is refused with
+    its file:line: a field missing or extra, an example id, layer or head that is not a whole number (layers
+    and heads from 1), an unknown pattern, a map labelled twice."""
     try:
-        labels = pl.read_csv(path)
-    except (OSError, pl.exceptions.PolarsError) as exc:
-        raise AtlasError(f"--labels '{path}': cannot read it as CSV ({str(exc).splitlines()[0]})") from None
-    missing = {"example_id", "layer", "head", "pattern"} - set(labels.columns)
+        data = path.read_bytes()
+    except OSError as exc:
+        raise AtlasError(f"--labels '{path}': cannot read it ({exc.strerror or exc})") from None
+    lines = data.split(b"\n")
+    header = _fields(path, 1, lines[0])
+    missing = [column for column in LABEL_COLUMNS if column not in header]
     if missing:
-        raise AtlasError(f"--labels '{path}': missing columns {', '.join(sorted(missing))}")
-    unknown = {str(p) for p in labels["pattern"].to_list()} - set(CLASSES)
-    if unknown:
-        raise AtlasError(f"--labels '{path}': unknown patterns {sorted(unknown)}; use {', '.join(CLASSES)}")
-    for column in ("example_id", "layer", "head"):
-        if (
-            not labels[column].dtype.is_integer()
-            or labels[column].null_count()
-            or labels[column].min() < (0 if column == "example_id" else 1)
-        ):
-            raise AtlasError(f"--labels '{path}': column {column} must hold whole numbers (layers and heads from 1)")
-    return labels
+        raise AtlasError(f"{path}:1: missing columns {', '.join(missing)} (the first line names them)")
+    for column in LABEL_COLUMNS:
+        if header.count(column) > 1:
+            raise AtlasError(f"{path}:1: column {column} is named twice")
+    at = {column: header.index(column) for column in LABEL_COLUMNS}
+    rows: list[tuple[int, int, int, str, int]] = []
+    seen: dict[tuple[int, int, int], int] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = _fields(path, number, line)
+        if len(fields) != len(header):
+            raise AtlasError(f"{path}:{number}: {len(fields)} fields; the header names {len(header)}")
+        example, layer, head = (_whole(path, number, column, fields[at[column]]) for column in LABEL_COLUMNS[:3])
+        pattern = fields[at["pattern"]]
+        if pattern not in CLASSES:
+            raise AtlasError(f"{path}:{number}: unknown pattern {pattern!r}; use {', '.join(CLASSES)}")
+        if (example, layer, head) in seen:
+            where = f"example {example}, layer {layer}, head {head}"
+            raise AtlasError(f"{path}:{number}: {where} is labelled on line {seen[example, layer, head]} already")
+        seen[example, layer, head] = number
+        rows.append((example, layer, head, pattern, number))
+    schema = {"example_id": pl.Int64, "layer": pl.Int64, "head": pl.Int64, "pattern": pl.Utf8, "line": pl.Int64}
+    return pl.DataFrame(rows, schema=schema, orient="row")
+
+
+def _fields(path: Path, number: int, line: bytes) -> list[str]:
+    """The comma-separated fields of line ``number`` (read line by line, so an error names the first bad one)."""
+    try:
+        text = line.decode("utf-8-sig" if number == 1 else "utf-8").removesuffix("\r")
+        return [field.strip() for field in next(csv.reader([text]), [])]
+    except UnicodeDecodeError:
+        raise AtlasError(f"{path}:{number}: not UTF-8 text") from None
+    except csv.Error as exc:
+        raise AtlasError(f"{path}:{number}: {exc}") from None
+
+
+def _whole(path: Path, number: int, column: str, value: str) -> int:
+    least, why = (0, "examples.example_id") if column == "example_id" else (1, "1-based, as the queries show them")
+    if not re.fullmatch(r"[0-9]+", value) or int(value) < least:
+        raise AtlasError(f"{path}:{number}: {column} {value!r}: expected a whole number from {least} ({why})")
+    return int(value)
 
 
 def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: bool = True) -> tuple[float, int]:
@@ -92,8 +130,16 @@ def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: b
     labels = read_labels(labels_path)
     lm = run_model(store, run_id)
     inputs = stored_inputs(store, run_id)
-    if labels["layer"].max() > lm.n_layers or labels["head"].max() > lm.n_heads:
-        raise AtlasError(f"--labels '{labels_path}': the model has {lm.n_layers} layers of {lm.n_heads} heads")
+    examples = {item.example_id for item in inputs}
+    for row in labels.iter_rows(named=True):
+        where = f"{labels_path}:{row['line']}"
+        if row["layer"] > lm.n_layers or row["head"] > lm.n_heads:
+            raise AtlasError(
+                f"{where}: layer {row['layer']}, head {row['head']}: the model of run '{run_id}' has "
+                f"{lm.n_layers} layers of {lm.n_heads} heads"
+            )
+        if row["example_id"] not in examples:
+            raise AtlasError(f"{where}: example {row['example_id']} is not an input of run '{run_id}' (or was skipped)")
     wanted = {(r["example_id"], r["layer"] - 1, r["head"] - 1): r["pattern"] for r in labels.iter_rows(named=True)}
     xs, ys, all_maps, keys = [], [], [], []
     for item, attn in dense_maps(lm, inputs):

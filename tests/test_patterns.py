@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from atlas.patterns import classify
 from atlas.store import Store
@@ -151,3 +154,56 @@ def test_cnn_labels_file_errors(tmp_path):
     store.put("r", "runs", "run", {"run_id": "r", "model_source": "x", "model_hash": "y", "random_init": False}, 1)
     result = CliRunner().invoke(cli, ["patterns", "--store", str(store.root), "--run", "r", "--labels", str(bad)])
     assert result.exit_code == 1 and "missing columns head" in result.output, result.output
+
+
+HEADER = "example_id,layer,head,pattern,note\n"
+LABEL_ERRORS = {  # rows after the header -> (line, what the message says)
+    "missing field": ("0,1,1,Vertical,a\n1,2,2,Block\n", 3, "4 fields; the header names 5"),
+    "extra field": ("0,1,1,Vertical,a,b\n", 2, "6 fields; the header names 5"),
+    "bad layer": ("0,1,1,Vertical,\n\n1,x,2,Block,\n", 4, "layer 'x': expected a whole number from 1"),
+    "layer 0": ("0,0,1,Vertical,\n", 2, "layer '0': expected a whole number from 1"),
+    "bad head": ("0,1,1,Vertical,\n1,2,-3,Block,\n", 3, "head '-3': expected a whole number from 1"),
+    "bad example": ("x1,1,1,Vertical,\n", 2, "example_id 'x1': expected a whole number from 0"),
+    "unknown label": ("0,1,1,Vertical,\n0,1,2,vertical,\n", 3, "unknown pattern 'vertical'"),
+    "duplicate": ("0,1,1,Vertical,\n0,2,1,Block,\n0,1,1,Block,\n", 4, "layer 1, head 1 is labelled on line 2"),
+    "not utf-8": ("0,1,1,Vertical,\n0,1,2,Block,\xff\n", 3, "not UTF-8 text"),
+}
+
+
+def test_labels_file_errors_name_the_file_and_line(tmp_path):
+    from atlas.errors import AtlasError
+    from atlas.pattern_cnn import read_labels
+
+    path = tmp_path / "labels.csv"
+    for case, (rows, line, says) in LABEL_ERRORS.items():
+        path.write_bytes((HEADER + rows).encode("latin-1"))
+        try:
+            read_labels(path)
+        except AtlasError as exc:
+            assert str(exc).startswith(f"{path}:{line}: ") and says in str(exc), (case, str(exc))
+        else:
+            raise AssertionError(f"{case}: read without an error")
+    path.write_text("example_id,layer,pattern\n0,1,Vertical\n")
+    with pytest.raises(AtlasError, match=f"^{re.escape(str(path))}:1: missing columns head "):
+        read_labels(path)
+    path.write_text(HEADER + '0,1,1,Vertical,x\r\n\r\n"3", 2 ,2,Block,"a, b"\r\n')
+    labels = read_labels(path)
+    assert labels.rows() == [(0, 1, 1, "Vertical", 2), (3, 2, 2, "Block", 4)]
+
+
+def test_labels_beyond_the_run_name_the_line(tmp_path, model):
+    from atlas.errors import AtlasError
+    from atlas.pattern_cnn import train_and_classify
+    from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
+
+    store, run_id = make_store(tmp_path / "store", cut_conllu(EWT_SAMPLE, 2, tmp_path / "two.conllu"), model)
+    path = tmp_path / "labels.csv"
+    for rows, says in (
+        ("0,1,1,Vertical,\n1,6,12,Block,\n0,7,1,Block,\n", ":4: layer 7, head 1: the model of run"),
+        ("0,1,1,Vertical,\n1,1,13,Block,\n", ":3: layer 1, head 13: the model of run"),
+        ("0,1,1,Vertical,\n2,1,1,Block,\n", ":3: example 2 is not an input of run"),
+    ):
+        path.write_text(HEADER + rows)
+        with pytest.raises(AtlasError) as caught:
+            train_and_classify(store, run_id, path, progress=False)
+        assert str(caught.value).startswith(str(path)) and says in str(caught.value), str(caught.value)

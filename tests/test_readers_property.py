@@ -1,7 +1,8 @@
 """Property test of every reader: a malformed or unusual file (a valid one mutated at random: bytes and
 lines deleted, repeated or inserted, invalid UTF-8, stray tabs, brackets and quotes) is either read
-cleanly or refused with one line naming the file (and the line, where the reader gives one), never a
-traceback; and an ingest that fails leaves the store byte-identical.
+cleanly or refused with one line naming the file (and the line, where the reader gives one; a pattern-label
+CSV always names it, and its lines before that one read cleanly), never a traceback; and an ingest that fails
+leaves the store byte-identical.
 
 Hypothesis runs derandomized (the same cases on every run), a few hundred cases per reader.
 """
@@ -125,6 +126,16 @@ def assert_one_line_naming(exc: AtlasError, path: Path, data: bytes) -> None:
         assert 1 <= int(line) <= data.count(b"\n") + 1, message
 
 
+def assert_first_bad_line(exc: AtlasError, path: Path, data: bytes) -> None:
+    """A labels file is refused at a line (``path:LINE: ...``), and its lines before that one read cleanly."""
+    named = re.match(re.escape(str(path)) + r":(\d+): ", str(exc))
+    assert named, str(exc)
+    before = path.with_name(f"before-{path.name}")
+    before.write_bytes(b"\n".join(data.split(b"\n")[: int(named.group(1)) - 1]))
+    if int(named.group(1)) > 1:
+        read_labels(before)
+
+
 KNOWN: dict[str, list[Callable[[bytes], bytes]]] = {
     "framenet": [lambda base: base.replace(b'encoding="UTF-8"', b'encoding="TF-8"', 1)],  # LookupError once
 }
@@ -156,6 +167,8 @@ def test_a_reader_reads_cleanly_or_names_the_file_and_line(readers, tmp_path_fac
             reader.read(path)
         except AtlasError as exc:
             assert_one_line_naming(exc, path, data)
+            if name == "labels":
+                assert_first_bad_line(exc, path, data)
 
     case()
 
