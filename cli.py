@@ -316,8 +316,22 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
 
 
 @cli.command()
-@click.option("--train", "train_run", required=True, help="Run whose sentences the probes are trained on.")
-@click.option("--eval", "eval_run", required=True, help="Run the probes are scored on (same model).")
+@click.option(
+    "--train",
+    "train_run",
+    required=True,
+    multiple=True,
+    callback=single_value,
+    help="Run whose sentences the probes are trained on.",
+)
+@click.option(
+    "--eval",
+    "eval_run",
+    required=True,
+    multiple=True,
+    callback=single_value,
+    help="Run the probes are scored on (same model).",
+)
 @click.option("--epochs", default=1, show_default=True, type=click.IntRange(min=1), help="Passes over the train run.")
 @click.option(
     "--learning-rate",

@@ -260,6 +260,19 @@ def test_unknown_run_ids_are_refused_everywhere(store_dir, tmp_path):
     assert result.exit_code == 2 and "given 2 times" in result.output
 
 
+@pytest.mark.parametrize("option", ["--train", "--eval"])
+def test_probe_refuses_a_run_given_twice(store_dir, option):
+    run_id = Store(store_dir).run_ids()[0]
+    runs = {"--train": [run_id], "--eval": [run_id]} | {option: [run_id, "other"]}
+    before = snapshot(store_dir)
+    args = [a for name, ids in runs.items() for run in ids for a in (name, run)]
+    result = atlas("probe", *args, "--store", str(store_dir))
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == 2 and len(errors) == 1, result.output
+    assert f"'{option}': given 2 times ({run_id}, other); name one run" in errors[0]
+    assert snapshot(store_dir) == before
+
+
 def test_entries_say_what_to_run_first(store_dir):
     run_id = Store(store_dir).run_ids()[0]
     for phrase, message in (
