@@ -35,7 +35,8 @@ CREATE TABLE runs (
     torch_version VARCHAR
 );
 
--- One model input sequence: [CLS] a [SEP] (b [SEP]).
+-- One model input sequence: one text or a pair, with the special tokens the tokenizer's own template adds
+-- (BERT: [CLS] a [SEP] (b [SEP]); RoBERTa: <s> a </s>(</s> b </s>); GPT-2: none; Llama: <s> a).
 CREATE TABLE examples (
     run_id VARCHAR,
     example_id INTEGER,          -- 0-based, in corpus order (text with --sample: in the order drawn)
@@ -44,7 +45,7 @@ CREATE TABLE examples (
                                  --   LINE:FIRST-LAST/N when only its words FIRST to LAST of N were kept)
     first_line INTEGER,          -- corpus line of the first word
     n_sentences SMALLINT,
-    n_tokens INTEGER,            -- word pieces including [CLS]/[SEP]
+    n_tokens INTEGER,            -- word pieces including the special tokens
     n_words INTEGER,
     skipped BOOLEAN,             -- true: longer than max_length, not run (no tokens, words or attention)
     label VARCHAR                -- task label or score of a GLUE example (--format glue), NULL for a treebank
@@ -55,12 +56,20 @@ CREATE TABLE tokens (
     run_id VARCHAR,
     example_id INTEGER,
     tok_idx SMALLINT,            -- position in the input
-    piece VARCHAR,               -- the tokenizer's piece, e.g. 'play', '##ing', '[CLS]'
+    piece VARCHAR,               -- the tokenizer's piece, e.g. 'play', '##ing', 'Ġplay', '▁play', '[CLS]'
     piece_id INTEGER,            -- vocabulary id
-    word_idx SMALLINT,           -- word of the input this piece belongs to; NULL for [CLS]/[SEP]
-    special VARCHAR,             -- '[CLS]', '[SEP]' or NULL
-    segment TINYINT,             -- token type id (0 = first segment, 1 = second)
-    is_punct BOOLEAN             -- the piece is made only of punctuation characters
+    word_idx SMALLINT,           -- word of the input this piece belongs to (from the tokenizer's offsets: the
+                                 --   word whose characters it covers); NULL for a special token
+    special VARCHAR,             -- a special token added by the tokenizer's template, as its literal string
+                                 --   ('[CLS]', '<s>', '</s>', '<|begin_of_text|>'); NULL for a word's piece
+    role VARCHAR,                -- what the special token is for, from the tokenizer's special-token attributes
+                                 --   (never its string): cls | bos | sep | eos | pad | other; NULL for a
+                                 --   word's piece. A token named both cls and bos (<s>) is cls in an encoder,
+                                 --   bos in a decoder (causal LM); both sep and eos (</s>): sep, resp. eos
+    segment TINYINT,             -- text of the input: 0 = the first text and the special tokens before it and
+                                 --   right after it, 1 = the second text of a pair and what follows it
+                                 --   (BERT: its token type ids)
+    is_punct BOOLEAN             -- the corpus characters of the piece (spaces aside) are all punctuation
 );
 
 -- One corpus word (syntactic word of CoNLL-U; multiword-token ranges and empty nodes are not words).
@@ -138,11 +147,13 @@ CREATE TABLE attn_rows (
     to_self FLOAT,               -- the token itself
     to_prev FLOAT,               -- the previous token (0 for the first)
     to_next FLOAT,               -- the next token (0 for the last)
-    to_cls FLOAT,                -- [CLS]
+    to_cls FLOAT,                -- the input's special tokens of role cls or bos ([CLS], <s>, <|begin_of_text|>);
+                                 --   0 in an input without one (GPT-2)
     to_first FLOAT,              -- the input's first token (position 0, whatever it is: [CLS], a BOS or a word
                                  --   piece; the attention sink of Xiao et al. 2023)
-    to_sep FLOAT,                -- every [SEP] of the input
-    to_dot_comma FLOAT,          -- the pieces '.' and ','
+    to_sep FLOAT,                -- every special token of role sep or eos ([SEP], </s>); 0 in an input without
+                                 --   one (a decoder's)
+    to_dot_comma FLOAT,          -- the pieces whose corpus characters are '.' or ',' (spaces aside)
     received FLOAT               -- attention the token src_tok receives: the column sum of the dense map over
                                  --   every row of the input (Kovaleva et al.'s feature attention)
 );

@@ -31,12 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
+from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, attention, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 from ingest.align import is_punct  # noqa: E402
 from ingest.conllu import read_conllu, write_first_sentences  # noqa: E402
 from ingest.corpus import check_corpus  # noqa: E402
-from ingest.examples import group_examples, layout  # noqa: E402
+from ingest.examples import Inputs, group_examples  # noqa: E402
 from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, ingest  # noqa: E402
 
 OFFSETS = (-3, -2, -1, 1, 2)
@@ -53,11 +54,13 @@ def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) 
     copy_time = 0.0
     start = time.perf_counter()
     tok = lm.tokenizer
-    examples = group_examples(_aligned(lm, read_conllu(corpus)), settings.pack, settings.max_length or lm.max_positions)
+    inputs = Inputs.of(tok, is_decoder(lm.model.config), corpus)
+    sentences = _aligned(lm, read_conllu(corpus), corpus)
+    examples = group_examples(sentences, settings.pack, settings.max_length or lm.max_positions, inputs)
     while block := list(islice(examples, CHUNK_EXAMPLES)):
         for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads):
-            layouts = [layout(e, tok.cls_token_id, tok.sep_token_id) for e in batch]
-            maps = attention(lm, [(lay.input_ids, lay.segments) for lay in layouts])
+            layouts = [inputs.layout(e) for e in batch]
+            maps = attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts])
             if keep:
                 t0 = time.perf_counter()
                 for ex, lay, attn in zip(batch, layouts, maps, strict=True):
@@ -68,7 +71,7 @@ def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) 
                             "attn": attn.astype(np.float16),
                             "token_word": lay.token_word,
                             "special": lay.special,
-                            "pieces": lay.input_ids,
+                            "text": lay.text,
                             "govs": [offsets[s.index] + w.head - 1 if w.head else None for s, w in ex.words],
                             "deprels": [w.deprel for _, w in ex.words],
                             "forms": [w.form for _, w in ex.words],
@@ -165,8 +168,7 @@ def exact_surface(inputs: list[dict], lm: LoadedModel) -> np.ndarray:
         a = item["attn"].astype(np.float64)
         n = a.shape[-1]
         special = np.array([s or "" for s in item["special"]])
-        pieces = lm.tokenizer.convert_ids_to_tokens(item["pieces"])
-        punct = np.array([s is None and is_punct(p) for s, p in zip(item["special"], pieces, strict=True)])
+        punct = np.array([s is None and is_punct(t) for s, t in zip(item["special"], item["text"], strict=True)])
         sums[..., 0] += a[..., special == "[CLS]"].sum(axis=(-1, -2))
         sums[..., 1] += a[..., special == "[SEP]"].sum(axis=(-1, -2))
         sums[..., 2] += a[..., punct].sum(axis=(-1, -2))

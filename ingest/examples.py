@@ -1,21 +1,26 @@
-"""Stage 2b: group aligned sentences into model inputs ``[CLS] a [SEP] (b [SEP])``.
+"""Stage 2b: group aligned sentences into model inputs, laid out by the tokenizer's own template.
 
 Packing modes:
 - ``none``: one sentence per input.
-- ``pair``: two consecutive sentences of a document, as segments A and B (Clark et al.'s format).
-- ``window``: as many consecutive sentences of a document as fit, in one segment (long documents are
-  windowed sentence by sentence).
+- ``pair``: two consecutive sentences of a document, as the template's two texts (Clark et al.'s format:
+  BERT's ``[CLS] a [SEP] b [SEP]``, RoBERTa's ``<s> a </s></s> b </s>``, GPT-2's ``a b``).
+- ``window``: as many consecutive sentences of a document as fit, as one text (long documents are
+  windowed sentence by sentence); the window's words are tokenized together, as one text.
 An input longer than ``max_length`` is never truncated: a sentence that does not fit alone is skipped,
-recorded with ``skipped = true``, and counted.
+recorded with ``skipped = true``, and counted. Lengths count the template's special tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from ingest.align import AlignedSentence
+from transformers import PreTrainedTokenizerBase
+
+from ingest.align import AlignedSentence, Pieces, align_texts
 from ingest.conllu import Mention, Sentence, Word
+from ingest.template import Template, read_template
 
 PACK_MODES = ("none", "pair", "window")
 
@@ -25,12 +30,10 @@ class Example:
     example_id: int
     doc_id: str | None
     sentences: list[AlignedSentence]
-    pair: bool  # True: each sentence is its own segment followed by [SEP]
+    pair: bool  # True: each sentence is its own text of the template
+    texts: list[Pieces]  # the input's texts (one, or two for a pair), their words' pieces
+    n_tokens: int  # pieces of the texts and the template's special tokens
     skipped: bool = False
-
-    @property
-    def n_tokens(self) -> int:
-        return _length(self.sentences, self.pair)
 
     @property
     def words(self) -> list[tuple[Sentence, Word]]:
@@ -49,12 +52,86 @@ class Example:
         return [m for a in self.sentences for m in a.sentence.mentions if m.start[0] in inside]
 
 
-def _length(group: list[AlignedSentence], pair: bool) -> int:
-    return sum(s.n_pieces for s in group) + (len(group) if pair else 1) + 1
+@dataclass(frozen=True)
+class Layout:
+    """The token sequence of an example and how it maps back to words."""
+
+    input_ids: list[int]
+    type_ids: list[int]  # the template's token type ids (what a model with segment embeddings is given)
+    segments: list[int]  # text of each token: 0 up to the first text's end and the specials after it, then 1
+    token_word: list[int | None]  # example word index of each token; None for a special token
+    special: list[str | None]  # the special token's string ('[CLS]', '<s>', ...), None for a word's piece
+    role: list[str | None]  # the special token's role (ingest.template), None for a word's piece
+    text: list[str]  # the corpus characters of each piece ('' for a special token)
+
+
+@dataclass
+class Inputs:
+    """How a model's inputs are made from sentences: its tokenizer, its template, the corpus (for errors)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    template: Template
+    path: Path | str
+    _windows: dict[tuple[int, ...], Pieces] = field(default_factory=dict, repr=False)  # the last two
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase, decoder: bool, path: Path | str) -> Inputs:
+        return cls(tokenizer, read_template(tokenizer, decoder), path)
+
+    def text(self, group: list[AlignedSentence]) -> Pieces:
+        """The pieces of sentences as one text: a sentence alone as aligned, several tokenized together."""
+        if len(group) == 1:
+            return group[0].pieces
+        key = tuple(a.sentence.index for a in group)
+        if key not in self._windows:
+            words = [w for a in group for w in a.sentence.words]
+            self._windows = {k: v for k, v in self._windows.items() if k == key[:-1]}
+            self._windows[key] = align_texts(self.tokenizer, [words], self.path)[0]
+        return self._windows[key]
+
+    def texts(self, group: list[AlignedSentence], pair: bool) -> list[Pieces]:
+        return [a.pieces for a in group] if pair else [self.text(group)]
+
+    def length(self, texts: list[Pieces]) -> int:
+        return sum(len(t) for t in texts) + self.template.n_special(len(texts))
+
+    def layout(self, example: Example) -> Layout:
+        ids: list[int] = []
+        types: list[int] = []
+        segs: list[int] = []
+        words: list[int | None] = []
+        special: list[str | None] = []
+        role: list[str | None] = []
+        text: list[str] = []
+        firsts = [0]
+        for t in example.texts:
+            firsts.append(firsts[-1] + len(t.ids))
+        segment = 0
+        for slot in self.template.form(len(example.texts)):
+            if slot.text is None:
+                ids.append(slot.token_id)
+                types.append(slot.type_id)
+                segs.append(segment)
+                words.append(None)
+                special.append(slot.token)
+                role.append(slot.role)
+                text.append("")
+                continue
+            segment = slot.text
+            pieces = example.texts[slot.text]
+            for w, (word_ids, word_text) in enumerate(zip(pieces.ids, pieces.text, strict=True)):
+                ids.extend(word_ids)
+                types.extend([slot.type_id] * len(word_ids))
+                segs.extend([segment] * len(word_ids))
+                words.extend([firsts[slot.text] + w] * len(word_ids))
+                special.extend([None] * len(word_ids))
+                role.extend([None] * len(word_ids))
+                text.extend(word_text)
+        return Layout(ids, types, segs, words, special, role, text)
 
 
 def group_examples(
-    sentences: Iterable[AlignedSentence], pack: str, max_length: int, first_id: int = 0
+    sentences: Iterable[AlignedSentence], pack: str, max_length: int, inputs: Inputs, first_id: int = 0
 ) -> Iterator[Example]:
     """Yield examples with consecutive ids starting at ``first_id``."""
     pair = pack == "pair"
@@ -64,50 +141,24 @@ def group_examples(
 
     def emit(items: list[AlignedSentence], skipped: bool = False) -> Example:
         nonlocal next_id
-        example = Example(next_id, items[0].sentence.doc_id, items, pair, skipped)
+        texts = inputs.texts(items, pair)
+        example = Example(next_id, items[0].sentence.doc_id, items, pair, texts, inputs.length(texts), skipped)
         next_id += 1
         return example
 
     for s in sentences:
-        if _length([s], pair) > max_length:
+        if inputs.length([s.pieces]) > max_length:
             if group:
                 yield emit(group)
                 group = []
             yield emit([s], skipped=True)
             continue
         same_doc = bool(group) and group[0].sentence.doc_id == s.sentence.doc_id
-        if group and (not same_doc or len(group) == limit or _length([*group, s], pair) > max_length):
+        if group and (
+            not same_doc or len(group) == limit or inputs.length(inputs.texts([*group, s], pair)) > max_length
+        ):
             yield emit(group)
             group = []
         group.append(s)
     if group:
         yield emit(group)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """The token sequence of an example and how it maps back to words."""
-
-    input_ids: list[int]
-    segments: list[int]
-    token_word: list[int | None]  # example word index of each token; None for [CLS]/[SEP]
-    special: list[str | None]
-
-
-def layout(example: Example, cls_id: int, sep_id: int) -> Layout:
-    ids, segs, words, special = [cls_id], [0], [None], ["[CLS]"]
-    word, segment = 0, 0
-    for i, aligned in enumerate(example.sentences):
-        for pieces in aligned.word_pieces:
-            ids.extend(pieces)
-            segs.extend([segment] * len(pieces))
-            words.extend([word] * len(pieces))
-            special.extend([None] * len(pieces))
-            word += 1
-        if example.pair or i == len(example.sentences) - 1:
-            ids.append(sep_id)
-            segs.append(segment)
-            words.append(None)
-            special.append("[SEP]")
-            segment = min(segment + 1, 1)
-    return Layout(ids, segs, words, special)

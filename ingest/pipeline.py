@@ -23,14 +23,16 @@ from tqdm import tqdm
 
 import atlas
 from atlas.errors import AtlasError
+from atlas.model.kinds import is_decoder
 from atlas.model.load import LoadedModel, attention
 from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence
 from ingest.corpus import CorpusInfo, read_corpus, sha256_of
-from ingest.examples import PACK_MODES, Example, Layout, group_examples, layout
+from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from ingest.run_id import CHUNK_EXAMPLES, Settings, run_id_for  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
 from ingest.sparsify import sparsify, word_rows
+from ingest.template import END_ROLES, START_ROLES
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
@@ -45,10 +47,10 @@ class IngestResult:
     n_edges: int
 
 
-def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], batch: int = 256) -> Iterator[AlignedSentence]:
+def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], path: Path, batch: int = 256) -> Iterator[AlignedSentence]:
     it = iter(sentences)
     while block := list(islice(it, batch)):
-        yield from align(lm.tokenizer, block)
+        yield from align(lm.tokenizer, block, path)
 
 
 def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
@@ -65,13 +67,13 @@ def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
         yield batch
 
 
-def _targets(lay: Layout, pieces: list[str]) -> dict[str, np.ndarray]:
-    """Masks of the tokens whose received attention every row records (see ``sparsify``)."""
-    special = np.array([s or "" for s in lay.special])
+def _targets(lay: Layout) -> dict[str, np.ndarray]:
+    """Masks of the tokens whose received attention every row records (see ``sparsify``): the special
+    tokens of role cls or bos, of role sep or eos (none: all false), and the pieces of the text '.' or ','."""
     return {
-        "cls": special == "[CLS]",
-        "sep": special == "[SEP]",
-        "dot_comma": np.array([s is None and p in (".", ",") for s, p in zip(lay.special, pieces, strict=True)]),
+        "cls": np.array([r in START_ROLES for r in lay.role]),
+        "sep": np.array([r in END_ROLES for r in lay.role]),
+        "dot_comma": np.array([r is None and t.strip() in (".", ",") for r, t in zip(lay.role, lay.text, strict=True)]),
     }
 
 
@@ -88,7 +90,7 @@ class _Running:
 
 
 def _process_chunk(
-    lm: LoadedModel, run_id: str, examples: list[Example], settings: Settings, bar: _Running
+    lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, bar: _Running
 ) -> ChunkRows:
     """Run the model over one chunk (batched by length) and collect its rows in corpus order."""
     rows = ChunkRows(run_id)
@@ -96,11 +98,11 @@ def _process_chunk(
     n_attn = lm.n_layers * lm.n_heads
     done: dict[int, tuple] = {}
     for batch in _batches([e for e in examples if not e.skipped], n_attn):
-        layouts = [layout(e, tok.cls_token_id, tok.sep_token_id) for e in batch]
-        maps = attention(lm, [(lay.input_ids, lay.segments) for lay in layouts])
+        layouts = [inputs.layout(e) for e in batch]
+        maps = attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts])
         for ex, lay, attn in zip(batch, layouts, maps, strict=True):
             pieces = tok.convert_ids_to_tokens(lay.input_ids)
-            edges, stats = sparsify(attn, settings.kept_mass, _targets(lay, pieces))
+            edges, stats = sparsify(attn, settings.kept_mass, _targets(lay))
             done[ex.example_id] = (lay, pieces, edges, stats, word_rows(attn, lay.token_word, settings.kept_mass))
         bar.update(sum(len(e.sentences) for e in batch))
     for ex in examples:  # corpus order
@@ -133,8 +135,9 @@ def _stage_chunks(
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length))
-    examples = group_examples(sentences, settings.pack, settings.max_length)
+    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length), corpus.path)
+    examples = group_examples(sentences, settings.pack, settings.max_length, inputs)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (
         ThreadPoolExecutor(max_workers=1) as writer,
@@ -149,7 +152,7 @@ def _stage_chunks(
                 bar.update(sum(len(e.sentences) for e in block))
             else:
                 n_sent = sum(len(e.sentences) for e in block)
-                rows = _process_chunk(lm, run_id, block, settings, _Running(bar, n_sent))
+                rows = _process_chunk(lm, inputs, run_id, block, settings, _Running(bar, n_sent))
                 counts = {
                     "examples": sum(not e.skipped for e in block),
                     "skipped": sum(e.skipped for e in block),

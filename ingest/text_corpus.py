@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 from transformers import PreTrainedTokenizerBase
 
 from atlas.errors import AtlasError
-from ingest.align import align
+from ingest.align import align, align_texts
 from ingest.conllu import Sentence, Word
 from ingest.glue_corpus import _nlp, _words
 
@@ -144,20 +144,27 @@ def read_pairs(path: Path, sample: int | None = None) -> list[Pair]:
     return pairs
 
 
-def truncate_pair(a: list[int], b: list[int], budget: int, rng: random.Random) -> tuple[range, range]:
+def truncate_pair(
+    a: list[int], b: list[int], budget: int, rng: random.Random, first: tuple[list[int], list[int]] | None = None
+) -> tuple[range, range]:
     """The words of two paragraphs kept (by their piece counts a and b) so that at most ``budget`` pieces
-    remain: preprocess_unlabeled.py's ``truncate_seq_pair``, by whole words instead of pieces."""
+    remain: preprocess_unlabeled.py's ``truncate_seq_pair``, by whole words instead of pieces. ``first``: each
+    word's piece count when it begins its text (a byte-level BPE tokenizes a text's first word without the
+    space marker); None: the same counts (WordPiece)."""
+    starts = first or (a, b)
     spans = [[0, len(a)], [0, len(b)]]
     sizes = [sum(a), sum(b)]
     while sizes[0] + sizes[1] > budget:
         side = 0 if sizes[0] > sizes[1] else 1
-        pieces, span = (a, b)[side], spans[side]
+        pieces, span, start = (a, b)[side], spans[side], starts[side]
         if rng.random() < 0.5:
-            sizes[side] -= pieces[span[0]]
+            sizes[side] -= start[span[0]]
             span[0] += 1
+            if span[0] < span[1]:  # the next word begins the text now
+                sizes[side] += start[span[0]] - pieces[span[0]]
         else:
             span[1] -= 1
-            sizes[side] -= pieces[span[1]]
+            sizes[side] -= start[span[1]] if span[1] == span[0] else pieces[span[1]]
     return range(*spans[0]), range(*spans[1])
 
 
@@ -202,9 +209,14 @@ def read_text(
             paragraphs = (pair.a, pair.b)
             words = [_annotate(p, next(docs)) for p in paragraphs]
             whole = [Sentence(0, "", pair.doc_id, p.line, w) for p, w in zip(paragraphs, words, strict=True)]
-            aligned = align(tokenizer, whole)
+            aligned = align(tokenizer, whole, path)
             counts = [[len(pieces) for pieces in s.word_pieces] for s in aligned]
-            keep = truncate_pair(*counts, max_length - 3, rng)
+            budget = max_length - tokenizer.num_special_tokens_to_add(pair=True)
+            first = None
+            if sum(map(sum, counts)) > budget:  # each word's pieces as a text's first word, where a cut puts it
+                alone = [[len(p) for p in align_texts(tokenizer, [[w] for w in s.words], path)] for s in whole]
+                first = (alone[0], alone[1])
+            keep = truncate_pair(*counts, budget, rng, first)
             if not all(keep):
                 continue
             for side, (p, w, k) in enumerate(zip(paragraphs, words, keep, strict=True)):

@@ -63,8 +63,9 @@ class ChunkRows:
             toks["piece_id"].append(pid)
             toks["word_idx"].append(lay.token_word[t])
             toks["special"].append(lay.special[t])
+            toks["role"].append(lay.role[t])
             toks["segment"].append(lay.segments[t])
-            toks["is_punct"].append(lay.special[t] is None and is_punct(piece))
+            toks["is_punct"].append(lay.special[t] is None and is_punct(lay.text[t]))
         self._words(ex, lay)
         for name, cols in (("attn_edges", edges), ("attn_rows", rows), ("word_rows", word_rows)):
             n = len(next(iter(cols.values())))
