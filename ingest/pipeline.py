@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -122,12 +122,46 @@ def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marke
     tmp.replace(marker)
 
 
-def _read_marker(marker: Path) -> dict | None:
+def read_marker(marker: Path) -> dict | None:
     """The counts of a finished chunk, or None when the chunk is not (completely) done."""
     try:
         return json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
+
+
+def done_marker(staging: Path, chunk: int) -> Path:
+    return staging / "done" / f"{chunk:05d}.json"
+
+
+def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inputs) -> Iterator[list[Example]]:
+    """The run's examples in chunks of ``settings.chunk_examples``, in corpus order: the unit of resumption,
+    the same for every engine (chunk i is staged as part-i files and marked done by ``done_marker``)."""
+    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length), corpus.path)
+    examples = group_examples(sentences, settings.pack, settings.max_length, inputs)
+    while block := list(islice(examples, settings.chunk_examples)):
+        yield block
+
+
+def _counts(examples: list[Example], rows: ChunkRows) -> dict[str, int]:
+    return {
+        "examples": sum(not e.skipped for e in examples),
+        "skipped": sum(e.skipped for e in examples),
+        "tokens": rows.n_tokens,
+        "edges": rows.n_edges,
+    }
+
+
+def stage_chunk(
+    lm: LoadedModel, inputs: Inputs, run_id: str, chunk: int, examples: list[Example], settings: Settings, staging: Path
+) -> dict[str, int]:
+    """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
+    marker) and return its counts: the unit of work of an engine that runs chunks elsewhere (``ingest.ray_engine``)."""
+    with tqdm(disable=True) as bar:
+        rows = _process_chunk(lm, inputs, run_id, examples, settings, _Running(bar, 0))
+    counts = _counts(examples, rows)
+    _write_chunk(staging, chunk, rows, counts, done_marker(staging, chunk))
+    return counts
 
 
 def _stage_chunks(
@@ -136,40 +170,35 @@ def _stage_chunks(
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
-    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length), corpus.path)
-    examples = group_examples(sentences, settings.pack, settings.max_length, inputs)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (
         ThreadPoolExecutor(max_workers=1) as writer,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
     ):
         pending: Future | None = None
-        chunk = 0
-        while block := list(islice(examples, settings.chunk_examples)):
-            marker = staging / "done" / f"{chunk:05d}.json"
-            counts = _read_marker(marker)
+        for chunk, block in enumerate(chunks(corpus, lm, settings, inputs)):
+            marker = done_marker(staging, chunk)
+            counts = read_marker(marker)
             if counts is not None:
                 bar.update(sum(len(e.sentences) for e in block))
             else:
                 n_sent = sum(len(e.sentences) for e in block)
                 rows = _process_chunk(lm, inputs, run_id, block, settings, _Running(bar, n_sent))
-                counts = {
-                    "examples": sum(not e.skipped for e in block),
-                    "skipped": sum(e.skipped for e in block),
-                    "tokens": rows.n_tokens,
-                    "edges": rows.n_edges,
-                }
+                counts = _counts(block, rows)
                 if pending is not None:
                     pending.result()
                 pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
                 pending.add_done_callback(lambda done, n=n_sent: done.exception() or bar.update(n))
             for key in totals:
                 totals[key] += counts[key]
-            chunk += 1
         if pending is not None:
             pending.result()
 
     return totals
+
+
+# stages a run's pending chunks: (corpus, lm, run_id, settings, staging, progress) -> the run's totals
+Stager = Callable[[CorpusInfo, LoadedModel, str, Settings, Path, bool], dict[str, int]]
 
 
 def ingest(
@@ -178,8 +207,10 @@ def ingest(
     lm: LoadedModel,
     settings: Settings,
     progress: bool = True,
+    stage: Stager | None = None,
 ) -> IngestResult:
-    """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store."""
+    """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store; ``stage``: another engine's
+    staging of the chunks (``ingest.ray_engine``) instead of this process's."""
     if settings.pack not in PACK_MODES:
         raise AtlasError(f"--pack '{settings.pack}': expected one of {', '.join(PACK_MODES)}")
     if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
@@ -192,11 +223,11 @@ def ingest(
     if (store.data / run_id).is_dir():
         return IngestResult(run_id, True, 0, 0, 0)
     with store.writing():  # one writer per store for the whole ingest; a second one is refused at once
-        return _stage_and_publish(corpus, store, lm, settings, run_id, progress)
+        return _stage_and_publish(corpus, store, lm, settings, run_id, progress, stage or _stage_chunks)
 
 
 def _stage_and_publish(
-    corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settings, run_id: str, progress: bool
+    corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settings, run_id: str, progress: bool, stage: Stager
 ) -> IngestResult:
     max_length = settings.max_length
     final = store.data / run_id
@@ -209,7 +240,7 @@ def _stage_and_publish(
     for tmp in staging.rglob(".*.tmp"):
         tmp.unlink()
     try:
-        totals = _stage_chunks(corpus, lm, run_id, settings, staging, progress)
+        totals = stage(corpus, lm, run_id, settings, staging, progress)
         if sha256_of(corpus.path) != corpus.sha256:
             shutil.rmtree(staging)
             raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
