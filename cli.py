@@ -103,6 +103,23 @@ def cli() -> None:
     help="none (default): one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to "
     "--max-length. A GLUE file is always one example per input (pair for two-text tasks).",
 )
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: this process runs the model; ray: Ray Data actors run it, chunk by chunk (pip install "
+    "'attention-atlas[ray]'; every node must see the store at the same path). The store is the same.",
+)
+@click.option(
+    "--ray-address", default=None, help="--engine ray: a running Ray cluster's address (default: a local instance)."
+)
+@click.option(
+    "--workers", type=click.IntRange(min=1), default=None, help="--engine ray: actors, each holding the model [2]."
+)
+@click.option(
+    "--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="--engine ray: GPUs each actor claims [0]."
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 def ingest(
@@ -118,6 +135,10 @@ def ingest(
     dense: bool,
     max_length: int | None,
     pack: str | None,
+    engine: str,
+    ray_address: str | None,
+    workers: int | None,
+    gpus_per_worker: float | None,
     quiet: bool,
     store_path: str | None,
 ) -> None:
@@ -142,6 +163,10 @@ def ingest(
         max_length=max_length,
         pack=pack,
         progress=not quiet,
+        engine=engine,
+        ray_address=ray_address,
+        workers=workers,
+        gpus_per_worker=gpus_per_worker,
     )
     if result.already_present:
         click.echo(f"run {result.run_id} is already in {result.store}; nothing to do")

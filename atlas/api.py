@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -374,16 +374,23 @@ def ingest(
     max_length: int | None = None,
     pack: str | None = None,
     progress: bool = True,
+    engine: str = "local",
+    ray_address: str | None = None,
+    workers: int | None = None,
+    gpus_per_worker: float | None = None,
 ) -> Ingested:
     """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
     with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) or
     ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. A run already
     in the store is found without loading the model; the whole corpus is checked before the model is loaded;
-    an interrupted ingest resumes when run again."""
+    an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
+    by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
+    ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
     from ingest.run_id import Settings, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
+    _check_engine_options(engine, ray_address, workers, gpus_per_worker)
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
     settings = Settings(kept, max_length, pack)
     target = Store(store_path(store))
@@ -397,11 +404,12 @@ def ingest(
     from ingest.corpus import check_corpus
     from ingest.pipeline import ingest as run_ingest
 
+    stage = _ray_engine(ray_address, workers, gpus_per_worker) if engine == "ray" else None
     checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed or 0)
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
         model_identity(model, random_init, seed or 0)
-    result = run_ingest(checked, target, lm, settings, progress=progress)
+    result = run_ingest(checked, target, lm, settings, progress=progress, stage=stage)
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
     )
@@ -412,6 +420,32 @@ def ingest(
         sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
         n_cut = st.connection.execute(sql, [result.run_id]).fetchone()[0]
     return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
+
+
+def _check_engine_options(
+    engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None
+) -> None:
+    if engine not in ("local", "ray"):
+        raise AtlasError(f"--engine '{engine}': expected one of local, ray")
+    ray_options = {"--ray-address": ray_address, "--workers": workers, "--gpus-per-worker": gpus_per_worker}
+    given = [name for name, value in ray_options.items() if value is not None]
+    if engine != "ray" and given:
+        raise AtlasError(f"{given[0]}: sets up the Ray workers; add --engine ray or leave {given[0]} out")
+    if workers is not None and workers < 1:
+        raise AtlasError(f"--workers {workers}: expected 1 or more")
+    if gpus_per_worker is not None and gpus_per_worker < 0:
+        raise AtlasError(f"--gpus-per-worker {gpus_per_worker}: expected 0 or more")
+
+
+def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:
+    """The staging of ``--engine ray``; Ray is imported here only."""
+    try:
+        from ingest.ray_engine import RayEngine
+    except ModuleNotFoundError as exc:
+        if exc.name != "ray" and not (exc.name or "").startswith("ray."):
+            raise
+        raise AtlasError("--engine ray: Ray is not installed (pip install 'attention-atlas[ray]')") from None
+    return RayEngine(ray_address, workers or 2, gpus_per_worker or 0)
 
 
 def _check_ingest_options(
