@@ -148,33 +148,11 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
     assert_same_store(store, whole, result.run_id)
 
 
-def test_an_interrupted_ray_ingest_resumes_with_ray(ray_local, tmp_path, corpus, whole, model, monkeypatch):
-    """Stopped (as by Ctrl-C) once two chunks are done; then some chunks are done and nothing is published."""
-
-    class StopAfterTwo(tqdm):  # the bar counts the finished chunks (it shows nothing here: progress=False)
-        finished = 0
-
-        def update(self, n: float | None = 1) -> bool | None:
-            StopAfterTwo.finished += 1
-            if StopAfterTwo.finished == 2:
-                raise KeyboardInterrupt
-            return super().update(n)
-
-    monkeypatch.setattr(ray_engine, "tqdm", StopAfterTwo)
-    store = Store(tmp_path / "interrupted")
-    with pytest.raises(KeyboardInterrupt):
-        ray_ingest(store, corpus, model)
+def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_path, corpus, whole, model, monkeypatch):
+    """A single-process ingest stopped after two chunks, then a ray ingest stopped (as by Ctrl-C) once it has
+    finished one more: each leaves its chunks staged and nothing published; a ray ingest then completes it."""
     run_id = whole[1]
-    done_before = staged_chunks(store, run_id)
-    assert 2 <= len(done_before) < 6 and not (store.data / run_id).exists()
-    assert store.unfinished_runs() == [run_id]
-
-    monkeypatch.undo()
-    result = ray_ingest(store, corpus, model, workers=1)
-    assert_same_store(store, whole, result.run_id)
-
-
-def test_a_single_process_ingest_interrupted_resumes_with_ray(ray_local, tmp_path, corpus, whole, model, monkeypatch):
+    store = Store(tmp_path / "interrupted")
     real_write = pipeline.write_chunk
     calls = {"n": 0}
 
@@ -185,12 +163,23 @@ def test_a_single_process_ingest_interrupted_resumes_with_ray(ray_local, tmp_pat
         real_write(*args)
 
     monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
-    store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False)
-    assert staged_chunks(store, whole[1]) == [0, 1]
+    assert staged_chunks(store, run_id) == [0, 1]
     monkeypatch.undo()
-    assert_same_store(store, whole, ray_ingest(store, corpus, model).run_id)
+
+    class StopAtFirst(tqdm):  # the bar counts the finished chunks (it shows nothing here: progress=False)
+        def update(self, n: float | None = 1) -> bool | None:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_engine, "tqdm", StopAtFirst)
+    with pytest.raises(KeyboardInterrupt):
+        ray_ingest(store, corpus, model, workers=1)
+    done = staged_chunks(store, run_id)
+    assert {0, 1} < set(done) and len(done) < 6 and not (store.data / run_id).exists()
+    assert store.unfinished_runs() == [run_id]
+    monkeypatch.undo()
+    assert_same_store(store, whole, ray_ingest(store, corpus, model, workers=1).run_id)
 
 
 def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
