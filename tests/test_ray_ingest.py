@@ -6,6 +6,7 @@ One local Ray instance (2 CPUs, no local mode) serves the whole session: startin
 
 from __future__ import annotations
 
+import inspect
 import logging
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 from tqdm import tqdm
 
@@ -22,6 +24,7 @@ from atlas import api
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
 from atlas.store import Store, table_schemas
+from cli import cli
 from ingest.conllu import read_conllu
 from ingest.corpus import check_corpus
 from ingest.run_id import Settings
@@ -101,23 +104,38 @@ def staged_chunks(store: Store, run_id: str) -> list[int]:
     return sorted(int(p.stem) for p in (store.staging / run_id / "done").glob("*.json"))
 
 
-def test_ray_ingest_equals_the_single_process_store(ray_local, tmp_path, corpus, whole, model):
+@pytest.fixture
+def small_chunks(monkeypatch) -> None:
+    """Chunks of CHUNK examples for the CLI too (its default is CHUNK_EXAMPLES): a small corpus makes several."""
+    defaults = list(Settings.__init__.__defaults__)
+    defaults[list(inspect.signature(Settings).parameters).index("chunk_examples")] = CHUNK
+    monkeypatch.setattr(Settings.__init__, "__defaults__", tuple(defaults))
+
+
+def atlas_ingest(corpus: Path, store: Store, *options: str):
+    args = ["ingest", "--corpus", str(corpus), "--store", str(store.root), "--quiet", *options]
+    return CliRunner().invoke(cli, args)
+
+
+def test_ray_ingest_equals_the_single_process_store(ray_local, small_chunks, tmp_path, corpus, whole):
     store = Store(tmp_path / "ray")
-    result = ray_ingest(store, corpus, model)
-    assert not result.already_present and result.n_examples == 6 * CHUNK
-    assert_same_store(store, whole, result.run_id)
-    got, want = answers(store, result.run_id), answers(*whole)
+    done = atlas_ingest(corpus, store, "--engine", "ray", "--workers", "2")
+    assert done.exit_code == 0, done.output
+    run_id = whole[1]
+    assert done.output.startswith(f"run {run_id}: {6 * CHUNK} inputs, 0 skipped")
+    assert_same_store(store, whole, run_id)
+    got, want = answers(store, run_id), answers(*whole)
     assert sum(isinstance(a, pl.DataFrame) and a.height > 0 for a in want.values()) >= 7  # all a sparse run answers
     for name, answer in want.items():
         if isinstance(answer, str):
             assert got[name] == answer, name
         else:  # the same rows; DuckDB's parallel sums may differ in their last bits between two stores
             assert_frame_equal(got[name], answer, rel_tol=1e-12, abs_tol=1e-12)
-    assert ray_ingest(store, corpus, model).already_present
+    assert "already in" in atlas_ingest(corpus, store, "--engine", "ray").output
 
 
 def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes(
-    ray_local, tmp_path, corpus, whole, model, monkeypatch
+    ray_local, small_chunks, tmp_path, corpus, whole, model, monkeypatch
 ):
     real_chunks = ray_engine.chunks
 
@@ -129,12 +147,10 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
 
     monkeypatch.setattr(ray_engine, "chunks", corrupt_chunk_3)
     store = Store(tmp_path / "failed")
-    with pytest.raises(AtlasError) as failed:
-        ray_ingest(store, corpus, model)
-    message = str(failed.value)
+    failed = atlas_ingest(corpus, store, "--engine", "ray", "--workers", "2")
     line = list(read_conllu(corpus))[3 * CHUNK].line  # the first word of the chunk's first sentence
-    assert message.startswith(f"{corpus}:{line}: chunk 3 (examples 18-23) failed on a Ray worker: IndexError")
-    assert "\n" not in message
+    assert failed.exit_code == 1 and failed.output.count("\n") == 1, failed.output
+    assert failed.output.startswith(f"Error: {corpus}:{line}: chunk 3 (examples 18-23) failed on a Ray worker: Index")
     run_id = whole[1]
     assert not (store.data / run_id).exists() and 3 not in staged_chunks(store, run_id)
 
@@ -192,6 +208,8 @@ def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
     ]:
         with pytest.raises(AtlasError, match=wanted.replace("(", r"\(")):
             api.ingest(corpus, store=tmp_path / "store", **kwargs)
+    refused = atlas_ingest(corpus, Store(tmp_path / "store"), "--gpus-per-worker", "1")
+    assert refused.exit_code == 1 and refused.output.startswith("Error: --gpus-per-worker: sets up the Ray workers")
     assert not (tmp_path / "store").exists()
 
 
