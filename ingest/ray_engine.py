@@ -176,7 +176,7 @@ class RayEngine:
                 ChunkStager,
                 batch_size=1,  # one chunk per call: a chunk is the unit of resumption
                 batch_format="pyarrow",
-                compute=ray.data.ActorPoolStrategy(size=self.workers),
+                compute=ray.data.ActorPoolStrategy(size=min(self.workers, len(refs))),  # no idle model copies
                 fn_constructor_kwargs=stager,
                 num_cpus=CPUS_PER_WORKER,
                 num_gpus=self.gpus_per_worker or None,
