@@ -66,9 +66,10 @@ CREATE TABLE tokens (
                                  --   (never its string): cls | bos | sep | eos | pad | other; NULL for a
                                  --   word's piece. A token named both cls and bos (<s>) is cls in an encoder,
                                  --   bos in a decoder (causal LM); both sep and eos (</s>): sep, resp. eos
-    segment TINYINT,             -- text of the input: 0 = the first text and the special tokens before it and
-                                 --   right after it, 1 = the second text of a pair and what follows it
-                                 --   (BERT: its token type ids)
+    segment TINYINT,             -- text of the input (0 = first, 1 = second of a pair): the token type id where the
+                                 --   template tells the two texts apart by it (BERT: [CLS] a [SEP] 0, b [SEP] 1;
+                                 --   Llama: <s> a 0, <s> b 1), else 0 up to the first text's end and the special
+                                 --   tokens right after it (RoBERTa: <s> a </s></s> 0, b </s> 1)
     is_punct BOOLEAN             -- the corpus characters of the piece (spaces aside) are all punctuation
 );
 

@@ -3,7 +3,8 @@
 An entry whose results come from another command (``atlas distances``, ``atlas probe``, ...) or from a
 kind of corpus (coreference mentions, FrameNet frames) would otherwise answer with an empty table.
 ``check`` refuses it with one line naming what to run first (exit status 1); a ``note`` is printed on
-stderr beside an answer that is computed but differs from the paper's setting.
+stderr beside an answer that is computed but differs from the paper's setting, or that leaves columns
+empty because the run's inputs lack a kind of special token (a decoder has no separator).
 """
 
 from __future__ import annotations
@@ -22,7 +23,26 @@ class Need:
     fatal: bool = True  # False: a note on stderr, the answer is still given
 
 
-NEEDS: dict[str, Need] = {
+# entries that find special tokens by tokens.role, absent (NULL) in runs ingested before it existed
+ROLES_STORED = Need(
+    "SELECT (count(*) = 0)::INTEGER FROM tokens WHERE run_id = $run AND special IS NOT NULL AND role IS NULL",
+    "run {run} was ingested before special tokens had roles (tokens.role): remove it ('atlas rm {run}') and "
+    "ingest it again",
+)
+
+
+def _lacking(roles: tuple[str, str], what: str) -> Need:
+    """A note for a run whose inputs hold no special token of the roles (its tokenizer adds none)."""
+    listed = ", ".join(f"'{r}'" for r in roles)
+    return Need(
+        f"SELECT count(*) FROM tokens WHERE run_id = $run AND role IN ({listed})",
+        f"run {{run}}'s inputs hold no special token of role {roles[0]} or {roles[1]} (its tokenizer adds none, "
+        f"e.g. a decoder's): {what}",
+        fatal=False,
+    )
+
+
+NEEDS: dict[str, Need | tuple[Need, ...]] = {
     "head distances": Need(
         "SELECT count(*) FROM head_pairs WHERE run_id = $run",
         "'head distances' of run {run} are not computed yet: run 'atlas distances --run {run}' first",
@@ -46,11 +66,22 @@ NEEDS: dict[str, Need] = {
         "SELECT count(*) FROM frames WHERE run_id = $run",
         "run {run} has no FrameNet frames: ingest FrameNet exemplars with --format framenet",
     ),
-    "sep to sep": Need(
-        "SELECT count(*) FROM examples WHERE run_id = $run AND n_sentences = 2",
-        "run {run} has no two-segment inputs, so every input has one [SEP] (the paper's inputs are "
-        "[CLS] a [SEP] b [SEP]: ingest with --pack pair)",
-        fatal=False,
+    "sep to sep": (
+        ROLES_STORED,
+        _lacking(("sep", "eos"), "sep_sep, to_itself and to_other_sep are empty, rest_sep is 0"),
+        Need(
+            "SELECT count(*) FROM examples WHERE run_id = $run AND n_sentences = 2",
+            "run {run} has no two-segment inputs, so every input has one [SEP] (the paper's inputs are "
+            "[CLS] a [SEP] b [SEP]: ingest with --pack pair)",
+            fatal=False,
+        ),
+    ),
+    "entropy": (ROLES_STORED, _lacking(("cls", "bos"), "cls_entropy is empty")),
+    "feature attention": ROLES_STORED,
+    "cls attention by feature": (
+        ROLES_STORED,
+        _lacking(("cls", "bos"), "there is no [CLS] row, the answer is empty"),
+        _lacking(("sep", "eos"), "sep is empty"),
     ),
     "glue baselines": Need(
         "SELECT count(*) FROM task_models", "no task models in the store: run 'atlas finetune' first"
@@ -74,13 +105,14 @@ NEEDS: dict[str, Need] = {
 
 def check(con: duckdb.DuckDBPyConnection, name: str, params: dict[str, object]) -> list[str]:
     """Raise when the entry cannot answer yet; return the notes to print beside its answer."""
-    need = NEEDS.get(name)
-    if need is None:
-        return []
-    used = {k: v for k, v in params.items() if f"${k}" in need.sql}
-    if con.execute(need.sql, used).fetchone()[0] > 0:
-        return []
-    message = need.message.format(**params)
-    if need.fatal:
-        raise AtlasError(message)
-    return [f"note: {message}"]
+    needs = NEEDS.get(name, ())
+    notes = []
+    for need in needs if isinstance(needs, tuple) else (needs,):
+        used = {k: v for k, v in params.items() if f"${k}" in need.sql}
+        if con.execute(need.sql, used).fetchone()[0] > 0:
+            continue
+        message = need.message.format(**params)
+        if need.fatal:
+            raise AtlasError(message)
+        notes.append(f"note: {message}")
+    return notes

@@ -5,7 +5,8 @@ of every head in both directions: channel k < K is attention from j to i in head
 attention from i to j (K = layers x heads), the released probe's channel order. Word level as in
 Clark et al.: attention TO a split word is the sum over its pieces, FROM it the mean over its pieces;
 [CLS] and all [SEP] tokens are units of their own. The ROOT candidate is scored from the attention
-between the word and [CLS] and [SEP] (two learned scalars shared by all heads, see ``probe_models``).
+between the word and [CLS] and [SEP] (two learned scalars shared by all heads, see ``probe_models``); by
+role (tokens.role): the cls or bos token, and the other special tokens (sep, eos), 0 where there is none.
 Candidates are ROOT and every word of the sentence, the word itself included, as in the released code.
 
 GloVe: the pair (dependent j, candidate i) is represented by v_j (+) v_i, ROOT's v_i being zeros, as
@@ -26,6 +27,7 @@ import torch
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.model.kinds import START_ROLES
 from atlas.model.load import LoadedModel
 from atlas.recompute import StoredInput, dense_maps, stored_inputs
 from atlas.store import Store
@@ -54,8 +56,8 @@ def word_maps(attn: np.ndarray, item: StoredInput) -> tuple[np.ndarray, np.ndarr
     n_words = 1 + max((w for w in item.token_word if w is not None), default=-1)
     cls_unit, sep_unit = n_words, n_words + 1
     unit = [
-        w if w is not None else (cls_unit if s == "[CLS]" else sep_unit)
-        for w, s in zip(item.token_word, item.special, strict=True)
+        w if w is not None else (cls_unit if r in START_ROLES else sep_unit)
+        for w, r in zip(item.token_word, item.role, strict=True)
     ]
     to_unit = torch.zeros(n_tok, n_words + 2)
     to_unit[torch.arange(n_tok), torch.tensor(unit)] = 1.0
@@ -113,6 +115,11 @@ def load_sentences(
         forms, heads, deprels = words[item.example_id]
         if any(d is None for d in deprels):
             raise AtlasError(f"probe: run '{run_id}' has words without a dependency annotation (HEAD/DEPREL)")
+        if any(s is not None and r is None for s, r in zip(item.special, item.role, strict=True)):
+            raise AtlasError(
+                f"probe: run '{run_id}' was ingested before special tokens had roles (tokens.role): remove it "
+                f"('atlas rm {run_id}') and ingest it again"
+            )
         pair, root = word_maps(attn, item)
         gold = np.array([0 if h is None else h + 1 for h in heads], dtype=np.int64)
         scored = np.array([d.split(":")[0] != "punct" for d in deprels])

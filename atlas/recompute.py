@@ -25,7 +25,8 @@ class StoredInput:
     piece_ids: list[int]
     segments: list[int]
     token_word: list[int | None]  # word_idx of each token, None for [CLS]/[SEP]
-    special: list[str | None]  # '[CLS]', '[SEP]' or None
+    special: list[str | None]  # the special token's string ('[CLS]', '<s>'), None for a word's piece
+    role: list[str | None]  # the special token's role (tokens.role), None for a word's piece
 
 
 def run_model(store: Store, run_id: str, option: str = "--run") -> LoadedModel:
@@ -49,7 +50,7 @@ def stored_inputs(store: Store, run_id: str, limit: int | None = None) -> list[S
     con = store.connect()
     rows = con.execute(
         "SELECT example_id, list(piece_id ORDER BY tok_idx), list(segment ORDER BY tok_idx), "
-        "       list(word_idx ORDER BY tok_idx), list(special ORDER BY tok_idx) "
+        "       list(word_idx ORDER BY tok_idx), list(special ORDER BY tok_idx), list(role ORDER BY tok_idx) "
         "FROM tokens WHERE run_id = ? AND example_id IN ("
         "  SELECT example_id FROM examples WHERE run_id = ? AND NOT skipped ORDER BY example_id LIMIT ?) "
         "GROUP BY example_id ORDER BY example_id",

@@ -58,7 +58,8 @@ class Layout:
 
     input_ids: list[int]
     type_ids: list[int]  # the template's token type ids (what a model with segment embeddings is given)
-    segments: list[int]  # text of each token: 0 up to the first text's end and the specials after it, then 1
+    segments: list[int]  # text of each token (tokens.segment): the type ids where they tell the two texts apart,
+    #   else 0 up to the end of the first text and the special tokens right after it, 1 from the second text on
     token_word: list[int | None]  # example word index of each token; None for a special token
     special: list[str | None]  # the special token's string ('[CLS]', '<s>', ...), None for a word's piece
     role: list[str | None]  # the special token's role (ingest.template), None for a word's piece
@@ -106,18 +107,19 @@ class Inputs:
         firsts = [0]
         for t in example.texts:
             firsts.append(firsts[-1] + len(t.ids))
+        typed = self.template.typed
         segment = 0
         for slot in self.template.form(len(example.texts)):
             if slot.text is None:
                 ids.append(slot.token_id)
                 types.append(slot.type_id)
-                segs.append(segment)
+                segs.append(slot.type_id if typed else segment)
                 words.append(None)
                 special.append(slot.token)
                 role.append(slot.role)
                 text.append("")
                 continue
-            segment = slot.text
+            segment = slot.type_id if typed else slot.text
             pieces = example.texts[slot.text]
             for w, (word_ids, word_text) in enumerate(zip(pieces.ids, pieces.text, strict=True)):
                 ids.extend(word_ids)

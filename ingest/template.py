@@ -20,10 +20,7 @@ from dataclasses import dataclass
 from transformers import PreTrainedTokenizerBase
 
 from atlas.errors import AtlasError
-
-ROLES = ("cls", "bos", "sep", "eos", "pad", "other")
-START_ROLES = ("cls", "bos")  # attn_rows.to_cls: attention to the tokens of these roles
-END_ROLES = ("sep", "eos")  # attn_rows.to_sep
+from atlas.model.kinds import END_ROLES, ROLES, START_ROLES
 
 
 @dataclass(frozen=True)
@@ -47,6 +44,11 @@ class Template:
 
     def n_special(self, n_texts: int) -> int:
         return sum(slot.text is None for slot in self.form(n_texts))
+
+    @property
+    def typed(self) -> bool:
+        """The two texts of a pair get different token type ids (BERT: 0 and 1; RoBERTa: both 0)."""
+        return len({slot.type_id for slot in self.pair if slot.text is not None}) == 2
 
 
 def role_of(tokenizer: PreTrainedTokenizerBase, token_id: int, decoder: bool, before_text: bool) -> str:

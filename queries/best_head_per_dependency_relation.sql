@@ -19,6 +19,12 @@
 --   sentence of n words the word max(0, min(i + o, n)) (0 = ROOT, so a root can be right), for o in
 --   -3..+2 (0 included), the possessive rule applying with 'last word of the sentence'; ties: the
 --   larger offset. Heads are shown 1-based as layer-head.
+--   Special tokens are those of tokens.special, whatever their strings ([CLS], [SEP], <s>, </s>, a BOS).
+--   In a decoder (causal attention) a word attends only to itself and earlier words: 'dependent -> head'
+--   finds only heads to the left of the word, 'head -> dependent' (the later word attending most to it)
+--   only heads to its right; the first word of an input attends to no other word, and no other word
+--   attends to the last: their predictions are the tie rule's lowest other word at weight 0. The
+--   offset baselines are the same for every model.
 -- parameters:
 --   run: run id (default: the latest run)
 --   min_count: relations with fewer words are left out ('all' rows excepted) (default: 100)

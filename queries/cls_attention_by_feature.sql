@@ -8,6 +8,11 @@
 --   punctuation) is the project's addition, for the paper's remark that punctuation gets the largest
 --   weights on STS-B, RTE and QNLI. Reads single weights, so it needs a dense run (--dense): a sparse
 --   run is refused (a kind none of whose tokens kept an edge of the [CLS] row has no known maximum).
+--   By role (tokens.role): the [CLS] row is the row of the input's first cls or bos token (RoBERTa's <s>,
+--   Llama's BOS), [CLS] the cls or bos tokens, [SEP] the sep or eos tokens (an input without one leaves
+--   sep empty, with a note). In a decoder a BOS at position 0 attends only to itself (causal attention):
+--   cls is 1 and every other kind 0. A model whose inputs have no cls or bos token (GPT-2) has no [CLS]
+--   row: the answer is empty, with a note saying so.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
@@ -37,8 +42,8 @@ kinds AS (
     CROSS JOIN (VALUES ('cls'), ('sep'), ('noun'), ('verb'), ('pronoun'), ('subject'), ('object'), ('negation'),
         ('punctuation')) AS k(kind)
     WHERE t.run_id = $run AND CASE k.kind
-        WHEN 'cls' THEN t.special = '[CLS]'
-        WHEN 'sep' THEN t.special = '[SEP]'
+        WHEN 'cls' THEN t.role IN ('cls', 'bos')
+        WHEN 'sep' THEN t.role IN ('sep', 'eos')
         WHEN 'noun' THEN w.xpos IN ('NN', 'NNS', 'NNP', 'NNPS')
         WHEN 'verb' THEN w.xpos IN ('VB', 'VBD', 'VBG', 'VBN', 'VBP', 'VBZ')
         WHEN 'pronoun' THEN w.xpos IN ('PRP', 'PRP$')
@@ -50,11 +55,15 @@ kinds AS (
     END
 ),
 last AS (SELECT max(layer) AS layer FROM attn_rows WHERE run_id = $run),
+cls_tok AS (  -- the input's first token of role cls or bos
+    SELECT example_id, min(tok_idx) AS tok_idx FROM tokens WHERE run_id = $run AND role IN ('cls', 'bos')
+    GROUP BY example_id
+),
 cls_row AS (  -- the last layer's [CLS] rows
     SELECT e.example_id, e.head, e.dst_tok, e.weight
     FROM attn_edges e
-    JOIN tokens c ON c.run_id = e.run_id AND c.example_id = e.example_id AND c.tok_idx = e.src_tok
-    WHERE e.run_id = $run AND c.special = '[CLS]' AND e.layer = (SELECT layer FROM last) AND (SELECT ok FROM dense)
+    JOIN cls_tok c ON c.example_id = e.example_id AND c.tok_idx = e.src_tok
+    WHERE e.run_id = $run AND e.layer = (SELECT layer FROM last) AND (SELECT ok FROM dense)
 ),
 per_input AS (
     SELECT r.head, k.kind, r.example_id, max(r.weight) AS score

@@ -12,6 +12,8 @@
 --   One row per baseline, then one per attention head, best first. With select_run, the head that is
 --   best on that run (e.g. a training split) is marked 'selected' and listed first, so a head chosen
 --   on one split is scored on another.
+--   [CLS] and [SEP] stand for any special token (tokens.special). A decoder (causal attention) answers
+--   alike: a head word attends only to earlier words, where every antecedent lies.
 -- parameters:
 --   run: run id (default: the latest run)
 --   select_run: run whose accuracies select the head; empty for the run itself (default: )

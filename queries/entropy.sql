@@ -8,7 +8,11 @@
 --   over the input's rows (every token, [CLS]/[SEP] included), then the mean over inputs, each input
 --   weighing the same whatever its length; cls_entropy is the mean over inputs of the [CLS] row's
 --   entropy; uniform_entropy, the baseline of both, is the mean over inputs of ln n (the entropy of
---   uniform attention over the input). The same over every head: a constant of the run.
+--   uniform attention over the input). The same over every head: a constant of the run. [CLS] stands
+--   for the input's first special token of role cls or bos (tokens.role: RoBERTa's <s>, Llama's BOS). In a
+--   decoder a BOS at position 0 attends only to itself, so its entropy is the smoothing's alone (about
+--   0.001 nats); a model whose inputs have no cls or bos token (GPT-2) has no cls_entropy: empty, with a
+--   note saying so.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: layers entropy cls_entropy
@@ -19,7 +23,8 @@ WITH per_input AS (
            any_value(r.entropy) FILTER (WHERE c.tok_idx IS NOT NULL) AS cls_entropy,
            ln(count(*)) AS uniform_entropy
     FROM attn_rows r
-    LEFT JOIN (SELECT example_id, tok_idx FROM tokens WHERE run_id = $run AND special = '[CLS]') c
+    LEFT JOIN (SELECT example_id, min(tok_idx) AS tok_idx FROM tokens
+               WHERE run_id = $run AND role IN ('cls', 'bos') GROUP BY example_id) c
         ON c.example_id = r.example_id AND c.tok_idx = r.src_tok
     WHERE r.run_id = $run
     GROUP BY r.layer, r.head, r.example_id

@@ -14,7 +14,12 @@
 --   hadn't, haven't, can't, isn't, wasn't, shouldn't, couldn't, nothing, nowhere; any case; a contraction
 --   is the two words the parser splits it into, "do" "n't"); [CLS]; [SEP] (the larger of the two). A
 --   kind's tokens are the pieces of its words, by position. Exact whatever the sparsity: it reads the
---   dense column sums (attn_rows.received, at float16 precision in sparse runs).
+--   dense column sums (attn_rows.received, at float16 precision in sparse runs). [CLS] and [SEP] are the
+--   input's special tokens by role (tokens.role): cls or bos (RoBERTa's <s>, Llama's BOS), sep or eos
+--   (</s>); a model whose inputs have none (GPT-2 has no special token, a decoder no sep) scores 0 there,
+--   as an input without a kind does. In a decoder a token is attended only by itself and the tokens
+--   after it (causal attention): its received attention sums over those rows alone, so early tokens, a
+--   BOS above all, are attended by more rows than late ones.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: heatmap cls sep noun verb pronoun subject object negation
@@ -37,8 +42,8 @@ kinds AS (
     CROSS JOIN (VALUES ('cls'), ('sep'), ('noun'), ('verb'), ('pronoun'), ('subject'), ('object'), ('negation'))
         AS k(kind)
     WHERE t.run_id = $run AND CASE k.kind
-        WHEN 'cls' THEN t.special = '[CLS]'
-        WHEN 'sep' THEN t.special = '[SEP]'
+        WHEN 'cls' THEN t.role IN ('cls', 'bos')
+        WHEN 'sep' THEN t.role IN ('sep', 'eos')
         WHEN 'noun' THEN w.xpos IN ('NN', 'NNS', 'NNP', 'NNPS')
         WHEN 'verb' THEN w.xpos IN ('VB', 'VBD', 'VBG', 'VBN', 'VBP', 'VBZ')
         WHEN 'pronoun' THEN w.xpos IN ('PRP', 'PRP$')
@@ -60,8 +65,8 @@ per_input AS (  -- per input, head and kind: the largest received attention / le
 heads AS (SELECT DISTINCT layer, head FROM attn_rows WHERE run_id = $run),
 n AS (SELECT count(*) AS n_inputs FROM inputs)
 SELECT h.layer + 1 AS layer, h.head + 1 AS head,
-       sum(p.score) FILTER (WHERE p.kind = 'cls') / any_value(n.n_inputs) AS cls,
-       sum(p.score) FILTER (WHERE p.kind = 'sep') / any_value(n.n_inputs) AS sep,
+       coalesce(sum(p.score) FILTER (WHERE p.kind = 'cls'), 0) / any_value(n.n_inputs) AS cls,
+       coalesce(sum(p.score) FILTER (WHERE p.kind = 'sep'), 0) / any_value(n.n_inputs) AS sep,
        coalesce(sum(p.score) FILTER (WHERE p.kind = 'noun'), 0) / any_value(n.n_inputs) AS noun,
        coalesce(sum(p.score) FILTER (WHERE p.kind = 'verb'), 0) / any_value(n.n_inputs) AS verb,
        coalesce(sum(p.score) FILTER (WHERE p.kind = 'pronoun'), 0) / any_value(n.n_inputs) AS pronoun,

@@ -7,6 +7,7 @@
 --   head); a fine-tuned model's task loss on its dev data ('atlas grads --task T --data DIR', asked for
 --   explicitly, e.g. for the embedded model, which has no MLM head) is not the paper's. Run 'atlas grads'
 --   first.
+--   [SEP] is the tokenizer's sep token (by its id, not its string).
 -- parameters:
 --   model_run: run id of the gradients, empty for the first one in the store (default: )
 -- plot: curve layer mean_abs_grad target

@@ -6,6 +6,9 @@
 --   a pair input), Heterogeneous. One row per run (layer and head empty), per run and layer, and per
 --   run, layer and head; per method: 'rule' from 'atlas patterns --run RUN' (thresholds in
 --   atlas/patterns.py), 'cnn' from 'atlas patterns --labels FILE' (a CNN trained on hand labels).
+--   [CLS] and [SEP] are the special tokens of role cls, bos, sep or eos (tokens.role; attn_rows.to_cls +
+--   to_sep): a model without them (GPT-2) has no Vertical map, and a Llama-style decoder's Vertical is
+--   its attention to the BOS.
 -- parameters:
 -- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
 

@@ -16,6 +16,8 @@
 --   baseline (see 'best head per dependency relation'). A probe on a random-init run is the paper's
 --   'random init attn + glove'. One row per probe, GloVe variant and train/eval pair in the store: run
 --   'atlas probe --train RUN --eval RUN' first.
+--   ROOT's [CLS] and [SEP] are by role (tokens.role): the cls or bos token, and the other special tokens
+--   (sep, eos); attention to a token the input lacks is 0 (GPT-2: no ROOT channel at all).
 -- parameters:
 -- plot:
 

@@ -6,6 +6,7 @@
 --   candidate's weights are these times the learned [CLS] and [SEP] shares). The largest weights mark the
 --   heads whose attention the probe relies on to find syntactic heads. Run 'atlas probe' first; pass
 --   the train run.
+--   [CLS] and [SEP] are by role (tokens.role): the cls or bos token, and the other special tokens.
 -- parameters:
 --   run: the run the probe was trained on (default: the latest run)
 -- plot: heatmap dep_to_head head_to_dep

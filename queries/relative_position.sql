@@ -3,11 +3,13 @@
 -- paper: Clark et al. 2019, "What Does BERT Look At?", Section 3.1
 -- description: Per head, the average attention a token puts on the previous token, on the next token
 --   and on itself, averaged as Clark et al.'s released code does (General_Analysis.ipynb cell 5, keys
---   'left', 'right', 'self'): per input, the mean over its rows (every token, [CLS]/[SEP] included,
+--   'left', 'right', 'self'): per input, the mean over its rows (every token, special tokens included,
 --   token-level maps; the first token has no previous, the last no next: 0), then the mean over inputs,
 --   each input weighing the same whatever its length. Heads whose average exceeds the threshold for
 --   one of them are named in 'specialised' (the notebook's cell 18 uses 0.5 for previous and next).
 --   Exact: from the dense rows at ingest (attn_rows.to_prev / to_next / to_self).
+--   In a decoder no token attends to a later one (causal attention): next is 0 for every head, and the
+--   first row's self is 1.
 -- parameters:
 --   run: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)

@@ -14,7 +14,10 @@
 --   project's own split, the paper's "themselves and the other [SEP]") share sep_sep the same way
 --   (to_itself + to_other_sep = sep_sep). n_inputs: inputs averaged; one_sep_inputs: those with a
 --   single [SEP] (ingest with --pack pair for the paper's two-segment inputs). Exact: from the dense
---   rows at ingest (attn_rows.to_sep / to_self).
+--   rows at ingest (attn_rows.to_sep / to_self). [SEP] stands for the input's special tokens of role sep or
+--   eos (tokens.role): RoBERTa's </s>, three in a pair input (<s> a </s></s> b </s>), whose sep_sep is the
+--   mean over its three </s> rows. A model whose inputs hold none (a decoder: GPT-2, Llama) has no [SEP]
+--   row: sep_sep, to_itself and to_other_sep are empty (with a note saying so) and rest_sep is 0.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: layers sep_sep rest_sep
@@ -22,7 +25,7 @@
 WITH seps AS (
     SELECT example_id, tok_idx, count(*) OVER (PARTITION BY example_id) AS n_seps
     FROM tokens
-    WHERE run_id = $run AND special = '[SEP]'
+    WHERE run_id = $run AND role IN ('sep', 'eos')
 ),
 per_input AS (
     SELECT r.layer, r.head, r.example_id, any_value(s.n_seps) FILTER (WHERE s.tok_idx IS NOT NULL) AS n_seps,

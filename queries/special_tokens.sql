@@ -7,7 +7,13 @@
 --   (every token, [CLS]/[SEP] included), then the mean over inputs, each input weighing the same
 --   whatever its length. Rows with head NULL are the per-layer values: the mean over the layer's heads
 --   (the line of the notebook's Figure 2, cell 14). Exact: from the dense rows at ingest
---   (attn_rows.to_cls / to_sep / to_dot_comma).
+--   (attn_rows.to_cls / to_sep / to_dot_comma). By role (tokens.role), whatever the tokens' strings: cls is
+--   the attention to the input's special tokens of role cls or bos (BERT's [CLS], RoBERTa's <s>, Llama's <s>
+--   / <|begin_of_text|>), sep to those of role sep or eos (RoBERTa's </s>); '.' and ',' are the pieces whose
+--   corpus text is a period or a comma (a byte-level BPE's space-marked comma included). A model whose
+--   inputs have no such token gets 0 in that column and the mass in 'other': GPT-2 (no special token) 0 in
+--   cls and sep, a Llama-style decoder (a BOS, no separator) 0 in sep. In a decoder each row attends only to
+--   itself and earlier tokens (causal), so a BOS at position 0 is visible to every row.
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: layers cls sep dot_comma

@@ -111,18 +111,23 @@ def test_layout_is_the_tokenizers_own(kind: str, pack: str) -> None:
 
 
 def test_segments_follow_the_texts() -> None:
-    """segment: 0 up to the first text's end and the special tokens after it, 1 from the second text on."""
-    for kind, second in (("bert", ["[SEP]", "[SEP]"]), ("roberta", ["</s>", "</s>", "</s>"]), ("gpt2", [])):
+    """segment: the type ids where they tell the texts apart, else the text, specials going with the text before."""
+    for kind, specials in (
+        ("bert", [("[CLS]", 0), ("[SEP]", 0), ("[SEP]", 1)]),
+        ("roberta", [("<s>", 0), ("</s>", 0), ("</s>", 0), ("</s>", 1)]),
+        ("llama3", [("<|begin_of_text|>", 0), ("<|begin_of_text|>", 1)]),
+        ("gpt2", []),
+    ):
         tok = TOKENIZERS[kind]()
         inputs, exs = examples(tok, "pair", kind in DECODERS)
-        ex = next(e for e in exs if len(e.sentences) == 2 and not e.skipped)
-        lay = inputs.layout(ex)
-        n_a = len(ex.texts[0])
-        start = 1 if kind != "gpt2" else 0
-        assert lay.segments[: start + n_a] == [0] * (start + n_a)
-        b_start = lay.token_word.index(len(ex.sentences[0].sentence.words))
-        assert set(lay.segments[start + n_a : b_start]) <= {0} and set(lay.segments[b_start:]) == {1}
-        assert [s for s in lay.special if s] == ([lay.special[0]] if start else []) + second
+        for ex in (e for e in exs if len(e.sentences) == 2 and not e.skipped):
+            lay = inputs.layout(ex)
+            n_a = len(ex.sentences[0].sentence.words)
+            words = [w < n_a for w in lay.token_word if w is not None]
+            assert [s for w, s in zip(lay.token_word, lay.segments, strict=True) if w is not None] == [
+                0 if first else 1 for first in words
+            ]
+            assert [(p, s) for p, s in zip(lay.special, lay.segments, strict=True) if p] == specials
 
 
 def test_roles_from_the_tokenizers_attributes_not_strings() -> None:

@@ -1,12 +1,17 @@
-"""What kind of transformer a config describes: an encoder (bidirectional) or a decoder (causal language model).
+"""What kind of transformer a config describes: an encoder (bidirectional) or a decoder (causal language model),
+and the roles a special token can have (tokens.role).
 
-The ingest reads it to name special tokens by role (``<s>`` is a 'cls' token in RoBERTa, a 'bos' token in
-Llama), the capture to know that no edge may point to a future token.
+The ingest reads the kind to name special tokens by role (``<s>`` is a 'cls' token in RoBERTa, a 'bos' token
+in Llama; ``ingest.template``), the capture to know that no edge may point to a future token.
 """
 
 from __future__ import annotations
 
 from transformers import PretrainedConfig
+
+ROLES = ("cls", "bos", "sep", "eos", "pad", "other")  # tokens.role; 'other': named by none of the attributes
+START_ROLES = ("cls", "bos")  # attn_rows.to_cls: attention to the special tokens of these roles
+END_ROLES = ("sep", "eos")  # attn_rows.to_sep
 
 # model_type of the decoder-only (causal LM) families transformers ships
 DECODER_TYPES = frozenset(
