@@ -6,17 +6,20 @@ eager attention with the roles the test expects, and say with a note what they l
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 import torch
 from tokenizers_helpers import gpt2_bpe, llama3_bpe, roberta_bpe, save
 from transformers import AutoConfig, AutoModel
 
 import atlas
+from atlas.errors import AtlasError
 from atlas.model.load import load_model
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
@@ -164,3 +167,19 @@ def test_feature_and_cls_attention_by_role(runs, name):
     if name == "llama":  # the BOS row sees only itself; no separator: sep empty, with a note
         np.testing.assert_allclose(df["cls"].to_numpy(), 1.0, atol=1e-6)
         assert df["sep"].null_count() == len(df) and any("role sep or eos" in n for n in notes)
+
+
+def test_a_run_without_roles_is_refused_in_one_line(runs, tmp_path):
+    """A run written before tokens.role existed (its tokens files lack the column) is refused by the entries
+    that find special tokens by role, not answered with empty columns."""
+    st, run_id, _ = runs["roberta"]
+    copy = tmp_path / "old"
+    shutil.copytree(st.store.root, copy)
+    for part in (copy / "data" / run_id / "tokens").glob("*.parquet"):
+        table = pq.read_table(part)
+        pq.write_table(table.drop_columns(["role"]), part)
+    old = atlas.open(copy)
+    for name in ("entropy", "sep to sep", "feature attention", "cls attention by feature"):
+        with pytest.raises(AtlasError, match=f"^run {run_id} was ingested before special tokens had roles"):
+            old.query(name, run=run_id)
+    assert len(old.query("special tokens", run=run_id)) == 10  # read from attn_rows: unchanged
