@@ -18,9 +18,11 @@ last paragraph is left out, section headings do not interrupt the pairing. (Pair
 paper's text. The released code reads one sentence per line, fills a run of lines up to 125 pieces and
 splits it at a random line into A and B; on one paragraph per line its ``break`` ends an article where a
 paragraph of 125 pieces or more starts a run: 57 inputs from the whole WikiText-2 test split.) A pair longer than
-``max_length`` pieces is cut as ``truncate_seq_pair`` cuts it: while the two hold more than ``max_length -
-3`` pieces, the longer (the second on a tie) loses its first or its last word, each with probability 1/2.
-The released code drops pieces; here whole words go, so that a word is never split. The words kept are
+``max_length`` pieces is cut as ``truncate_seq_pair`` cuts it: while the two hold more than ``max_length``
+less the template's special tokens (3 for BERT's ``[CLS] a [SEP] b [SEP]``, 4 for RoBERTa's) pieces, the
+longer (the second on a tie) loses its first or its last word, each with probability 1/2. The released code
+drops pieces; here whole words go, so that a word is never split (a word that comes to begin its paragraph
+is counted as a text's first word: byte-level BPE tokenizes it without its space marker). The words kept are
 recorded in the sentence id: ``LINE`` for a whole paragraph, ``LINE:FIRST-LAST/N`` for words FIRST to LAST
 (1-based) of its N. A pair that would lose every word of one paragraph is left out (the released code's
 ``break`` leaves it out too, and the rest of its document with it). With ``sample``, N pairs are drawn at
