@@ -1,13 +1,13 @@
 """Ray engine benchmark: the same ingest by this process and by Ray Data workers, side by side in one run.
 
     flock /tmp/atlas-heavy.lock python bench/bench_ray.py CORPUS.conllu [--sentences N] [--workers 2]
-        [--ray-address ADDR] [--gpus-per-worker G]
+        [--repeats R] [--ray-address ADDR] [--gpus-per-worker G]
 
-Ingests the first N sentences of CORPUS (all with --sentences 0) into two fresh stores with the embedded
-model and the default settings: once with the single-process engine, once with ``--engine ray`` (a local
-Ray instance, or the cluster at --ray-address), each as ``atlas ingest`` runs it (corpus check, model load,
-staging, publish). Prints both wall times and their ratio, Ray's own start-up time, and checks that both
-stores hold the same run with the same rows.
+Ingests the first N sentences of CORPUS (all with --sentences 0) into fresh stores with the embedded model
+and the default settings, with the single-process engine and with ``--engine ray`` (a local Ray instance, or
+the cluster at --ray-address) in turn, each as ``atlas ingest`` runs it (corpus check, model load, staging,
+publish). Prints the wall times (median of --repeats runs each) and their ratio, the machine's load, Ray's
+own start-up time, and whether both engines wrote the same run with the same rows.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -56,38 +58,52 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--ray-address", default=None)
     parser.add_argument("--gpus-per-worker", type=float, default=None)
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each engine, alternating (ABBA...)")
     args = parser.parse_args()
+    engines: dict[str, dict[str, object]] = {
+        "single-process": {},
+        "ray": {
+            "engine": "ray",
+            "ray_address": args.ray_address,
+            "workers": args.workers,
+            "gpus_per_worker": args.gpus_per_worker,
+        },
+    }
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as tmp:
         corpus = args.corpus
         if args.sentences:
             corpus = write_first_sentences(args.corpus, args.sentences, Path(tmp) / args.corpus.name)
         n_sentences = sum(1 for line in corpus.open() if line.startswith("# sent_id"))
+        load_before = os.getloadavg()[0]
         start = time.perf_counter()
         ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         cluster = ray.cluster_resources()
         ray.shutdown()
         ray_start_s = time.perf_counter() - start
 
-        single_s, single = timed_ingest(corpus, Path(tmp) / "single")
-        ray_s, by_ray = timed_ingest(
-            corpus,
-            Path(tmp) / "ray",
-            engine="ray",
-            ray_address=args.ray_address,
-            workers=args.workers,
-            gpus_per_worker=args.gpus_per_worker,
+        times: dict[str, list[float]] = {name: [] for name in engines}
+        rows: dict[str, tuple[str, dict[str, int]]] = {}
+        for i in range(args.repeats):
+            for name in list(engines)[:: 1 if i % 2 == 0 else -1]:
+                store = Path(tmp) / f"{name}-{i}"
+                seconds, result = timed_ingest(corpus, store, **engines[name])
+                times[name].append(seconds)
+                rows[name] = (result.run_id, row_counts(store, result.run_id))
+                shutil.rmtree(store)
+        single, by_ray = statistics.median(times["single-process"]), statistics.median(times["ray"])
+        n_examples = rows["ray"][1]["examples"]
+        print(
+            f"corpus: {args.corpus} (first {n_sentences} sentences), {n_examples} inputs, "
+            f"{-(-n_examples // CHUNK_EXAMPLES)} chunks of {CHUNK_EXAMPLES}"
         )
-        same = by_ray.run_id == single.run_id and row_counts(Path(tmp) / "ray", by_ray.run_id) == row_counts(
-            Path(tmp) / "single", single.run_id
-        )
-        n_chunks = -(-single.n_examples // CHUNK_EXAMPLES)
-        print(f"corpus: {args.corpus} (first {n_sentences} sentences), {single.n_examples} inputs, {n_chunks} chunks")
         print(f"Ray: {args.workers} workers; cluster CPUs {cluster.get('CPU', 0):g}, GPUs {cluster.get('GPU', 0):g}")
-        print(f"single-process ingest:              {single_s:8.1f} s")
-        print(f"ray ingest ({args.workers} workers):             {ray_s:8.1f} s")
-        print(f"ray / single-process:               {ray_s / single_s:8.2f}")
-        print(f"Ray start-up alone (init+shutdown): {ray_start_s:8.1f} s")
-        print(f"same run id and rows in every table: {same}")
+        print(f"1-minute load average: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+        for name, runs in times.items():
+            shown = ", ".join(f"{t:.1f}" for t in runs)
+            print(f"{name + ' ingest':<24} median {statistics.median(runs):8.1f} s  (runs: {shown})")
+        print(f"ray / single-process:   {by_ray / single:8.2f}")
+        print(f"Ray start-up alone (init + shutdown): {ray_start_s:.1f} s")
+        print(f"same run id and rows in every table: {rows['ray'] == rows['single-process']}")
 
 
 if __name__ == "__main__":

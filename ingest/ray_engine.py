@@ -39,10 +39,14 @@ from ingest.run_id import Settings
 # Ray schedules actors by the CPUs they claim; an actor claiming a whole CPU starves Ray Data's own tasks on a
 # machine with few cores, and the torch threads of a worker do not depend on the claim.
 CPUS_PER_WORKER = 0.5
+SHARED = "every node must see the store at the same path (a shared filesystem)"
 
 
 def _first_line(exc: BaseException) -> str:
+    """An error in one line: an AtlasError's own, another's with its type."""
     text = str(exc).strip()
+    if isinstance(exc, AtlasError) and text:
+        return text.splitlines()[0]
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
@@ -62,7 +66,8 @@ class Stop:
 
 class ChunkStager:
     """A Ray Data actor: the model loaded once, then every chunk of a batch staged and answered with its counts,
-    or with its error (the driver stops the ingest on the first), or with neither once ``stop`` is set."""
+    or with its error (the driver stops the ingest on the first), or with neither once ``stop`` is set. A worker
+    that cannot start (the store or the model not at its path on its node) answers each chunk with why."""
 
     def __init__(
         self,
@@ -76,11 +81,17 @@ class ChunkStager:
         staging: Path,
         stop: ray.actor.ActorHandle,
     ) -> None:
-        self.lm = load_model(source, random_init=random_init, seed=seed)
-        if self.lm.model_hash != model_hash:
-            raise AtlasError(f"--model '{source}': a Ray worker loaded other weights than the driver")
-        self.inputs = Inputs.of(self.lm.tokenizer, self.lm.decoder, corpus)
         self.run_id, self.settings, self.staging, self.stop = run_id, settings, staging, stop
+        self.failed: str | None = None
+        try:
+            if not (staging / "done").is_dir():  # made by the driver before any worker starts
+                raise AtlasError(f"{staging}: not found on Ray node {ray.util.get_node_ip_address()}; {SHARED}")
+            self.lm = load_model(source, random_init=random_init, seed=seed)
+            if self.lm.model_hash != model_hash:
+                raise AtlasError(f"--model '{source}': a Ray worker loaded other weights than the driver")
+            self.inputs = Inputs.of(self.lm.tokenizer, self.lm.decoder, corpus)
+        except Exception as exc:  # noqa: BLE001 (told to the driver with the first chunk)
+            self.failed = _first_line(exc)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         errors, counts = [], []
@@ -90,6 +101,8 @@ class ChunkStager:
                 counts.append(None)
                 continue
             try:
+                if self.failed is not None:
+                    raise AtlasError(self.failed)
                 examples: list[Example] = pickle.loads(data)
                 done = stage_chunk(self.lm, self.inputs, self.run_id, chunk, examples, self.settings, self.staging)
                 errors.append(None)
@@ -199,12 +212,20 @@ class RayEngine:
                 stager["stop"].set.remote()  # (interrupted) the workers finish the chunks they hold, no more
                 if not isinstance(exc, RayError):
                     raise
-                undone = [c for c in sorted(first_lines) if read_marker(done_marker(staging, c)) is None]
+                undone = _undone(staging, first_lines)
                 where = _where(corpus, first_lines, undone[0]) if undone else "the ingest"
                 raise AtlasError(f"{where}: a Ray worker failed ({_first_line(_cause(exc))})") from None
         if failed is not None:
             raise AtlasError(failed)
+        if undone := _undone(staging, first_lines):  # written where this process does not look
+            where = _where(corpus, first_lines, undone[0])
+            raise AtlasError(f"{where}: staged by a Ray worker, but not in {staging}; {SHARED}")
         return totals
+
+
+def _undone(staging: Path, first_lines: dict[int, tuple[int, int, int]]) -> list[int]:
+    """The chunks of ``first_lines`` whose done marker this process does not see."""
+    return [chunk for chunk in sorted(first_lines) if read_marker(done_marker(staging, chunk)) is None]
 
 
 def _where(corpus: CorpusInfo, first_lines: dict[int, tuple[int, int, int]], chunk: int) -> str:
@@ -216,4 +237,3 @@ def _cause(exc: RayError) -> BaseException:
     """The user code's exception a Ray error wraps, else the Ray error itself."""
     cause = getattr(exc, "cause", None)
     return cause if isinstance(cause, BaseException) else exc
-

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import inspect
 import logging
+import pickle
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
@@ -27,6 +30,7 @@ from atlas.store import Store, table_schemas
 from cli import cli
 from ingest.conllu import read_conllu
 from ingest.corpus import check_corpus
+from ingest.examples import Inputs
 from ingest.run_id import Settings
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
@@ -196,6 +200,23 @@ def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_pat
     assert store.unfinished_runs() == [run_id]
     monkeypatch.undo()
     assert_same_store(store, whole, ray_ingest(store, corpus, model, workers=1).run_id)
+
+
+def test_a_worker_that_does_not_see_the_staging_folder_refuses_to_write(ray_local, tmp_path, corpus, model):
+    """The store is not at the same path on a worker's node (no shared filesystem): the ingest fails in one line and
+    the worker writes nothing there."""
+    elsewhere = tmp_path / "not-shared" / "staging"
+    settings = replace(SETTINGS, max_length=model.max_positions)
+    block = next(pipeline.chunks(check_corpus(corpus), model, settings, Inputs.of(model.tokenizer, False, corpus)))
+    refs = [ray.put(pa.table({"chunk": [0], "examples": [pickle.dumps(block)]}))]
+    with pytest.raises(AtlasError) as failed:
+        ray_engine.RayEngine(workers=1)._stage(
+            refs, {0: (1, 0, CHUNK - 1)}, check_corpus(corpus), model, "r", settings, elsewhere, False
+        )
+    message = str(failed.value)
+    assert message.startswith(f"{corpus}:1: chunk 0 (examples 0-5) failed on a Ray worker: {elsewhere}: not found on")
+    assert message.endswith("; every node must see the store at the same path (a shared filesystem)"), message
+    assert not elsewhere.parent.exists()
 
 
 def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
