@@ -59,6 +59,13 @@ PENDING = ".pending"  # suffix of a results file written in a transaction, not y
 SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a file with no rows
 # the store's folder as DuckDB sees it: the directory of the database's default temp_directory
 # ('<database file>.tmp'); '' when DuckDB was started in the store's folder
+# Columns added after runs were written, derived exactly for those runs where their files lack them. Until
+# then every input was laid out as [CLS] a [SEP] (b [SEP]) with those literal strings in tokens.special, so
+# the roles follow from them and position 0 was always [CLS].
+OLDER_RUNS = {
+    ("tokens", "role"): "coalesce(role, CASE special WHEN '[CLS]' THEN 'cls' WHEN '[SEP]' THEN 'sep' END) AS role",
+    ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",
+}
 ROOT_SQL = "left(current_setting('temp_directory'), -length(parse_filename(current_setting('temp_directory'))))"
 _HELD: dict[Path, int] = {}  # writer locks this process holds: lock file -> open file descriptor
 _PENDING: dict[Path, list[tuple[Path, Path]]] = {}  # open transactions: store root -> (pending, final) files
@@ -247,15 +254,16 @@ class Store:
             write_parquet(to_table(name, {}, 0), self.data / SCHEMA_DIR / name / "empty.parquet")
 
     def _view_state(self) -> str:
-        """What the views depend on: the schema (not the store's location, nor which runs it holds)."""
-        return hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest()[:16]
+        """What the views depend on: the schema and the older runs' derived columns (not the store's
+        location, nor which runs it holds)."""
+        return hashlib.sha256(SCHEMA_FILE.read_bytes() + repr(sorted(OLDER_RUNS.items())).encode()).hexdigest()[:16]
 
     def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         con.execute("DROP SCHEMA IF EXISTS declared CASCADE")  # stores written before the .schema files
         for name, schema in table_schemas().items():
             pattern = f"data/*/{name}/*.parquet"
-            columns = ", ".join(f'"{c}"' for c in schema.names)
+            columns = ", ".join(OLDER_RUNS.get((name, c), f'"{c}"') for c in schema.names)
             con.execute(
                 f"CREATE OR REPLACE VIEW {name} AS SELECT {columns} FROM read_parquet({ROOT_SQL} || '{pattern}', "
                 "union_by_name = true, hive_partitioning = false)"
