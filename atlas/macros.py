@@ -98,7 +98,8 @@ def _pieces(sql: str, arguments: dict[str, str]) -> list[str]:
     the text its expression builds."""
     pieces: list[str] = []
     start = 0
-    tokens = duckdb.tokenize(sql)
+    encoded = sql.encode()  # duckdb.tokenize gives byte offsets: as character offsets (non-ASCII SQL text)
+    tokens = [(len(encoded[:pos].decode()), kind) for pos, kind in duckdb.tokenize(sql)]
     for (pos, kind), (next_pos, next_kind) in zip(tokens, tokens[1:], strict=False):
         if kind == duckdb.token_type.operator and sql[pos] == "$" and next_kind in _NAME_TOKENS:
             name = re.match(r"\w+", sql[next_pos:]).group(0)

@@ -5,6 +5,7 @@ so a copied store answers the same."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 import shutil
@@ -20,7 +21,7 @@ from polars.testing import assert_frame_equal
 import atlas
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
-from atlas.macros import compare_macro_name, macro_call, macro_name
+from atlas.macros import compare_macro_name, macro_call, macro_name, macro_sql
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
 DUCKDB = Path(sys.executable).parent / "duckdb"  # the duckdb-cli package: the library's version
@@ -191,3 +192,15 @@ def test_macros_are_rewritten_when_the_catalogue_changed(store, tmp_path):
         copy / "atlas.duckdb", "SELECT function_name FROM duckdb_functions() WHERE NOT internal", tmp_path
     )
     assert "entropy" in functions.stdout and "gone" not in functions.stdout and "mine" in functions.stdout
+
+
+def test_a_macro_of_sql_with_non_ascii_text(store, tmp_path):
+    """The SQL may hold any text (DuckDB's tokenizer counts bytes): '$run' is still found and replaced."""
+    entry = next(e for e in entries() if e.name == "entropy")
+    odd = dataclasses.replace(entry, name="entropy odd", sql="-- pieces 'Ġa', '▁a', 'é'\n" + entry.sql)
+    copy = tmp_path / "copy"
+    shutil.copytree(store[0], copy)
+    with duckdb.connect(str(copy / "atlas.duckdb")) as con:
+        con.execute(macro_sql(odd))
+        got, want = con.execute(f"FROM {macro_name(odd)}()").pl(), con.execute("FROM entropy()").pl()
+    assert_frame_equal(got, want, check_exact=False, rtol=1e-12)  # DuckDB's parallel sums: last bits
