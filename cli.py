@@ -65,10 +65,11 @@ def cli() -> None:
     type=click.Choice(["conllu", "glue", "framenet", "text"]),
     default="conllu",
     show_default=True,
-    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs as [CLS] a [SEP] b [SEP]; "
+    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs in the tokenizer's own "
+    "template ([CLS] a [SEP] b [SEP] for BERT); "
     "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz; the release's frame/ folder "
     "beside lu/ gives each frame's core set), Kovaleva et al.'s filters; "
-    "text: WikiText raw or plain text, an article's paragraphs two by two as [CLS] a [SEP] b [SEP] (Clark et al.'s "
+    "text: WikiText raw or plain text, an article's paragraphs two by two as a pair input (Clark et al.'s "
     "Wikipedia segments), words and dependencies by spaCy.",
 )
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
@@ -100,7 +101,8 @@ def cli() -> None:
     "--pack",
     type=click.Choice(["none", "pair", "window"]),
     default=None,
-    help="none (default): one sentence per input; pair: [CLS] a [SEP] b [SEP]; window: fill up to "
+    help="none (default): one sentence per input; pair: two sentences, in the tokenizer's template for a pair ([CLS] a "
+    "[SEP] b [SEP] for BERT); window: fill up to "
     "--max-length. A GLUE file is always one example per input (pair for two-text tasks).",
 )
 @click.option(

