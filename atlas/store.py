@@ -57,8 +57,6 @@ DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
 PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place
 SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a file with no rows
-# the store's folder as DuckDB sees it: the directory of the database's default temp_directory
-# ('<database file>.tmp'); '' when DuckDB was started in the store's folder
 # Columns added after runs were written, derived exactly for those runs where their files lack them. Until
 # then every input was laid out as [CLS] a [SEP] (b [SEP]) with those literal strings in tokens.special, so
 # the roles follow from them and position 0 was always [CLS].
@@ -66,6 +64,8 @@ OLDER_RUNS = {
     ("tokens", "role"): "coalesce(role, CASE special WHEN '[CLS]' THEN 'cls' WHEN '[SEP]' THEN 'sep' END) AS role",
     ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",
 }
+# the store's folder as DuckDB sees it: the directory of the database's default temp_directory
+# ('<database file>.tmp'); '' when DuckDB was started in the store's folder
 ROOT_SQL = "left(current_setting('temp_directory'), -length(parse_filename(current_setting('temp_directory'))))"
 _HELD: dict[Path, int] = {}  # writer locks this process holds: lock file -> open file descriptor
 _PENDING: dict[Path, list[tuple[Path, Path]]] = {}  # open transactions: store root -> (pending, final) files
