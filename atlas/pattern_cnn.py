@@ -25,6 +25,7 @@ from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store
 
 LABEL_COLUMNS = ("example_id", "layer", "head", "pattern")  # of a labels file (more columns are left out)
+LARGEST = 2**63 - 1  # the labels' columns are Int64
 SIZE = 32
 EPOCHS = 40
 
@@ -120,9 +121,12 @@ def _fields(path: Path, number: int, line: bytes) -> list[str]:
 
 def _whole(path: Path, number: int, column: str, value: str) -> int:
     least, why = (0, "examples.example_id") if column == "example_id" else (1, "1-based, as the queries show them")
-    if not re.fullmatch(r"[0-9]+", value) or int(value) < least:
+    digits = value.lstrip("0") or "0"  # (int() refuses more than 4300 digits)
+    if re.fullmatch(r"[0-9]+", value) and (len(digits) > len(str(LARGEST)) or int(digits) > LARGEST):
+        raise AtlasError(f"{path}:{number}: {column} {value!r}: larger than any {column} ({why})")
+    if not re.fullmatch(r"[0-9]+", value) or int(digits) < least:
         raise AtlasError(f"{path}:{number}: {column} {value!r}: expected a whole number from {least} ({why})")
-    return int(value)
+    return int(digits)
 
 
 def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: bool = True) -> tuple[float, int]:

@@ -164,6 +164,8 @@ LABEL_ERRORS = {  # rows after the header -> (line, what the message says)
     "layer 0": ("0,0,1,Vertical,\n", 2, "layer '0': expected a whole number from 1"),
     "bad head": ("0,1,1,Vertical,\n1,2,-3,Block,\n", 3, "head '-3': expected a whole number from 1"),
     "bad example": ("x1,1,1,Vertical,\n", 2, "example_id 'x1': expected a whole number from 0"),
+    "huge example": ("0,1,1,Vertical,\n" + "9" * 20 + ",1,1,Block,\n", 3, f"example_id '{'9' * 20}': larger than any"),
+    "huge head": ("0,1,1,Vertical,\n0,1," + "1" * 5000 + ",Block,\n", 3, "larger than any head"),
     "unknown label": ("0,1,1,Vertical,\n0,1,2,vertical,\n", 3, "unknown pattern 'vertical'"),
     "duplicate": ("0,1,1,Vertical,\n0,2,1,Block,\n0,1,1,Block,\n", 4, "layer 1, head 1 is labelled on line 2"),
     "not utf-8": ("0,1,1,Vertical,\n0,1,2,Block,\xff\n", 3, "not UTF-8 text"),
@@ -186,9 +188,9 @@ def test_labels_file_errors_name_the_file_and_line(tmp_path):
     path.write_text("example_id,layer,pattern\n0,1,Vertical\n")
     with pytest.raises(AtlasError, match=f"^{re.escape(str(path))}:1: missing columns head "):
         read_labels(path)
-    path.write_text(HEADER + '0,1,1,Vertical,x\r\n\r\n"3", 2 ,2,Block,"a, b"\r\n')
+    path.write_text(HEADER + '0,1,1,Vertical,x\r\n\r\n"3", 2 ,2,Block,"a, b"\r\n00009223372036854775807,1,1,Block,\n')
     labels = read_labels(path)
-    assert labels.rows() == [(0, 1, 1, "Vertical", 2), (3, 2, 2, "Block", 4)]
+    assert labels.rows() == [(0, 1, 1, "Vertical", 2), (3, 2, 2, "Block", 4), (2**63 - 1, 1, 1, "Block", 5)]
 
 
 def test_labels_beyond_the_run_name_the_line(tmp_path, model):
