@@ -19,8 +19,9 @@
 --   eval_sink_open_source.py, compute_attention_sink, threshold 0.3, the default here). Rows with head
 --   NULL are a layer's (means and shares over its heads), the row with layer NULL too the whole model's.
 --   For an encoder these are the numbers of [CLS]; Xiao et al. (Section 13) find BERT-base's sink on
---   [SEP] instead (see 'special tokens', column sep). A run ingested before attn_rows.to_first existed
---   answers NULL, one before tokens.role counts every input as plain: ingest it again.
+--   [SEP] instead (see 'special tokens', column sep). A run ingested before attn_rows.to_first and
+--   tokens.role existed answers as if ingested now: its first token was always [CLS], so the store derives
+--   both (to_first from to_cls, the roles from the [CLS]/[SEP] strings).
 -- parameters:
 --   run: run id (default: the latest run)
 --   threshold: a head (an input's head) is a sink when its mean attention to the first token exceeds it (default: 0.3)
