@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import ray  # noqa: E402
+import torch  # noqa: E402
 
-import atlas.model.load  # noqa: E402, F401 (torch and transformers imported before either ingest is timed)
+import atlas.model.load  # noqa: E402, F401 (transformers imported before either ingest is timed)
 from atlas import api  # noqa: E402
 from atlas.store import Store, table_schemas  # noqa: E402
 from ingest.conllu import write_first_sentences  # noqa: E402
@@ -98,6 +99,7 @@ def main() -> None:
         )
         print(f"Ray: {args.workers} workers; cluster CPUs {cluster.get('CPU', 0):g}, GPUs {cluster.get('GPU', 0):g}")
         print(f"1-minute load average: {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
+        print(f"torch threads: single-process {torch.get_num_threads()}, each Ray worker 1 (Ray's OMP_NUM_THREADS)")
         for name, runs in times.items():
             shown = ", ".join(f"{t:.1f}" for t in runs)
             print(f"{name + ' ingest':<24} median {statistics.median(runs):8.1f} s  (runs: {shown})")

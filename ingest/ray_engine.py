@@ -3,11 +3,12 @@
 The driver (the process that runs ``atlas ingest``) reads the checked corpus and groups it into the run's
 chunks exactly as the single-process ingest does (``pipeline.chunks``), skips the chunks already marked done
 (by either engine), and puts each pending chunk's examples into Ray's object store as a one-row block of a
-Dataset. A class-based ``map_batches`` stage runs on an actor pool: each actor loads the model once (on its
-own GPU when ``gpus_per_worker`` is given) and stages one chunk per call with ``pipeline.stage_chunk``, the
-single-process ingest's own code: the same Parquet files, temporary names and renames, and done markers, in
-the run's staging folder. The driver counts the finished chunks on one progress bar and then publishes the
-run with the same single rename (``pipeline.ingest``). Nothing of the store depends on the engine.
+Dataset. A class-based ``map_batches`` stage runs on an actor pool: each actor loads the model once
+(claiming ``gpus_per_worker`` GPUs, the only ones Ray lets it see) and stages one chunk per call with
+``pipeline.stage_chunk``, the single-process ingest's own code: the same Parquet files, temporary names and
+renames, and done markers, in the run's staging folder. The driver counts the finished chunks on one
+progress bar and then publishes the run with the same single rename (``pipeline.ingest``). Nothing of the
+store depends on the engine.
 
 A cluster's nodes must all see the store at the same absolute path (a shared filesystem): workers write the
 staging folder the driver publishes. The driver holds the grouped corpus only in Ray's object store, which
@@ -136,7 +137,8 @@ class RayEngine:
                 if counts is not None:
                     totals.update(counts)
                     continue
-                started = started or self._start()
+                if not refs:  # the first pending chunk
+                    started = self._start()
                 first_lines[chunk] = (block[0].sentences[0].sentence.line, block[0].example_id, block[-1].example_id)
                 refs.append(ray.put(pa.table({"chunk": [chunk], "examples": [pickle.dumps(block)]})))
             if refs:
