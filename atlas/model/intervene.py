@@ -6,7 +6,7 @@
 - keep: the attention probabilities of every layer are kept with their autograd graph, so that
   d loss / d attention can be read after a backward pass (Clark et al. Figure 5).
 
-Both work on transformers v5, which has no ``head_mask``: the attention function reads the active
+All three work on transformers v5, which has no ``head_mask``: the attention function reads the active
 intervention and the attention module's ``layer_idx``.
 """
 
