@@ -44,10 +44,6 @@ class AlignedSentence:
     def word_pieces(self) -> list[list[int]]:
         return self.pieces.ids
 
-    @property
-    def n_pieces(self) -> int:
-        return len(self.pieces)
-
 
 def is_punct(text: str) -> bool:
     """True for a piece whose corpus characters (spaces aside) are all punctuation."""

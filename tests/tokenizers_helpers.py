@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 VOCAB_SIZE = 600
@@ -228,7 +228,3 @@ def save(tokenizer: PreTrainedTokenizerFast, folder: Path) -> Path:
     """Write the tokenizer where ``AutoTokenizer.from_pretrained(folder)`` loads it back; return the folder."""
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def reload(folder: Path) -> PreTrainedTokenizerFast:
-    return AutoTokenizer.from_pretrained(folder)
