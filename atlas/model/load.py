@@ -53,7 +53,8 @@ def load_model(
     """
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
-    looks_local = os.sep in source or source.startswith(".") or Path(source).exists()
+    # a hub id is NAME or ORG/NAME; a path starts with '.', '/' or '~', or has more parts
+    looks_local = source.startswith((".", os.sep, "~")) or source.count(os.sep) > 1 or Path(source).exists()
     if looks_local and not Path(source).is_dir():
         raise AtlasError(f"--model '{shown}': no such model directory")
     try:
