@@ -24,7 +24,7 @@ class StoredInput:
     example_id: int
     piece_ids: list[int]
     segments: list[int]
-    token_word: list[int | None]  # word_idx of each token, None for [CLS]/[SEP]
+    token_word: list[int | None]  # word_idx of each token, None for a special token
     special: list[str | None]  # the special token's string ('[CLS]', '<s>'), None for a word's piece
     role: list[str | None]  # the special token's role (tokens.role), None for a word's piece
 
