@@ -50,6 +50,8 @@ def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False,
     lm = load_model(
         name, random_init=random_init, seed=seed, auto_class=AutoModelForSequenceClassification, **overrides
     )
+    if lm.decoder:  # its tokenizer pads with no token, its classifier reads the last one: not these papers' setting
+        raise AtlasError(f"--model '{lm.name}': a decoder (causal LM); the GLUE task commands take an encoder")
     return TaskModel(lm, spec, info)
 
 
