@@ -9,6 +9,7 @@ import ingest.pipeline as pipeline
 from atlas.errors import AtlasError
 from atlas.model.load import load_model
 from atlas.store import Store
+from ingest.corpus import check_corpus
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_attention, read_sentences
 
@@ -74,7 +75,7 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(
-            pipeline.check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
+            check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
         )
     assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
@@ -83,7 +84,7 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     seen = []
     monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real(d, chunk, t)))
     result = pipeline.ingest(
-        pipeline.check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
+        check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
     )
     assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
     for name in TABLES:
