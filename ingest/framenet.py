@@ -92,9 +92,24 @@ def _annotation(sentence: ET.Element) -> tuple[ET.Element, ET.Element | None] | 
     return found
 
 
+def _check_positions(sentence: ET.Element, source: str) -> None:
+    """Every label with a span has a start and an end that are character positions (a one-line error)."""
+    for label in sentence.iter(f"{NS}label"):
+        start, end = label.get("start"), label.get("end")
+        if start is None and end is None:
+            continue  # a null instantiation
+        for attr, value in (("start", start), ("end", end)):
+            if value is None or not value.isascii() or not value.isdigit():
+                raise AtlasError(
+                    f"{source}: sentence {sentence.get('ID')}: label '{label.get('name', '')}' has "
+                    f"{attr}={value!r}, not a character position"
+                )
+
+
 def exemplars(root: ET.Element, source: str, core: frozenset[str]) -> Iterator[Exemplar]:
     """Every sentence of one lexical unit with a labelled target; ``core``: its frame's core set."""
     for sentence in root.iter(f"{NS}sentence"):
+        _check_positions(sentence, source)
         found = _annotation(sentence)
         if found is None:
             continue

@@ -254,3 +254,20 @@ def test_frame_heads_refuses_a_sparse_run_and_unknown_pairs(framenet_run, model,
     with pytest.raises(AtlasError, match=r"is sparse \(kept_mass 0.9\): frame heads .*--dense") as info:
         run_entry(sparse.connect(), entry, entry.bind({"run": sparse_run}))
     assert "\n" not in str(info.value) and sparse_run in str(info.value)
+
+
+@pytest.mark.parametrize("position", ['end="#8"', 'end=""', ""])
+def test_a_label_whose_span_is_not_character_positions_is_one_line(tmp_path, position):
+    """A label with a start but an end that is not a number (or none) is refused naming the file and the
+    sentence, never a traceback."""
+    import re
+
+    shutil.copytree(SAMPLE / "frame", tmp_path / "frame")
+    (tmp_path / "lu").mkdir()
+    for source in sorted(LU.glob("*.xml")):
+        text = source.read_text(encoding="utf-8")
+        if source == sorted(LU.glob("*.xml"))[0]:
+            text = re.sub(r'end="\d+"', position, text, count=1)
+        (tmp_path / "lu" / source.name).write_text(text, encoding="utf-8")
+    with pytest.raises(AtlasError, match=r"lu/.*\.xml: sentence \d+: label '.*' has end=.*not a character position$"):
+        list(read_framenet(tmp_path / "lu"))
