@@ -89,6 +89,12 @@ def cli() -> None:
     type=float,
     help="Per attention row, keep the largest weights until this mass is reached.",
 )
+@click.option(
+    "--max-edges",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Per attention row, keep at most this many weights, beside --kept-mass [10].",
+)
 @click.option("--dense", is_flag=True, help="Keep every attention weight (exact; larger store).")
 @click.option(
     "--max-length",
@@ -122,6 +128,13 @@ def cli() -> None:
 @click.option(
     "--gpus-per-worker", type=click.FloatRange(min=0), default=None, help="--engine ray: GPUs each actor claims [0]."
 )
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda", "mps"]),
+    default="auto",
+    show_default=True,
+    help="Where the model and the work on its attention run; auto: a CUDA or MPS device when torch sees one.",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 def ingest(
@@ -134,6 +147,7 @@ def ingest(
     sample: int | None,
     sample_seed: int,
     kept_mass: float,
+    max_edges: int | None,
     dense: bool,
     max_length: int | None,
     pack: str | None,
@@ -141,6 +155,7 @@ def ingest(
     ray_address: str | None,
     workers: int | None,
     gpus_per_worker: float | None,
+    device: str,
     quiet: bool,
     store_path: str | None,
 ) -> None:
@@ -161,6 +176,7 @@ def ingest(
         sample=sample,
         sample_seed=sample_seed,
         kept_mass=given("kept_mass"),
+        max_edges=max_edges,
         dense=dense,
         max_length=max_length,
         pack=pack,
@@ -169,6 +185,7 @@ def ingest(
         ray_address=ray_address,
         workers=workers,
         gpus_per_worker=gpus_per_worker,
+        device=device,
     )
     if result.already_present:
         click.echo(f"run {result.run_id} is already in {result.store}; nothing to do")

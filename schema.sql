@@ -22,8 +22,11 @@ CREATE TABLE runs (
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
                                  --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
-    weight_precision VARCHAR,    -- float32: exact (dense); float16: stored weights (edge weight, max_weight,
-                                 --   kept_mass, word_rows.weight) rounded to float16 precision
+    max_edges INTEGER,           -- at most this many edges per attention row beside kept_mass; NULL: no cap
+    weight_precision VARCHAR,    -- float32: everything exact (dense); 1/256: edge and word-level weights are
+                                 --   multiples of 1/256 (error at most 1/512), the masses attn_rows.to_* multiples
+                                 --   of 1/2048 (error at most 1/4096), attn_rows.received at float16 precision
+                                 --   (relative error at most 2**-11)
     n_sentences INTEGER,
     n_examples INTEGER,          -- inputs run through the model
     n_skipped INTEGER,           -- sentences skipped because they exceed max_length
@@ -119,7 +122,9 @@ CREATE TABLE frames (
     element_last SMALLINT
 );
 
--- One kept attention weight (sparse: per row the largest weights up to runs.kept_mass, argmax always kept).
+-- One kept attention weight. Sparse: per row the largest weights (as stored; ties: the earlier token) until
+-- their stored mass reaches runs.kept_mass, at most runs.max_edges of them, none that rounds to 0, the argmax
+-- always. A row's kept mass, number of edges and largest weight are the sum, count and max of its edges.
 CREATE TABLE attn_edges (
     run_id VARCHAR,
     example_id INTEGER,
@@ -140,10 +145,7 @@ CREATE TABLE attn_rows (
     src_tok SMALLINT,
     entropy FLOAT,               -- nats, of the smoothed row 0.9999 a + 1e-4 / n (Clark et al.'s released code;
                                  --   at most about 0.002 nats above the exact entropy)
-    max_weight FLOAT,
-    argmax_tok SMALLINT,
-    kept_mass FLOAT,             -- attention mass of the row's kept edges
-    n_kept SMALLINT,             -- number of kept edges
+    argmax_tok SMALLINT,         -- the first token of largest weight (always an edge; its weight: the row's max)
     -- attention mass the row gives to (from the dense row; at runs.weight_precision):
     to_self FLOAT,               -- the token itself
     to_prev FLOAT,               -- the previous token (0 for the first)

@@ -370,19 +370,22 @@ def ingest(
     sample: int | None = None,
     sample_seed: int = 0,
     kept_mass: float | None = None,
+    max_edges: int | None = None,
     dense: bool = False,
     max_length: int | None = None,
     pack: str | None = None,
     progress: bool = True,
+    device: str = "auto",
     engine: str = "local",
     ray_address: str | None = None,
     workers: int | None = None,
     gpus_per_worker: float | None = None,
 ) -> Ingested:
     """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
-    with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) or
-    ``dense``; ``task`` for ``format='glue'``; ``sample``/``sample_seed`` for ``format='text'``. A run already
-    in the store is found without loading the model; the whole corpus is checked before the model is loaded;
+    with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) and
+    ``max_edges`` (default 10) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
+    ``sample``/``sample_seed`` for ``format='text'``. A run already in the store is found without loading the
+    model; the whole corpus is checked before the model is loaded;
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
@@ -391,8 +394,11 @@ def ingest(
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker)
+    if max_edges is not None and dense:
+        raise AtlasError("--max-edges: --dense keeps every weight; give one of --dense and --max-edges")
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
-    settings = Settings(kept, max_length, pack)
+    edges = Settings().max_edges if max_edges is None else max_edges
+    settings = Settings(kept, max_length, pack, max_edges=edges, device=device)
     target = Store(store_path(store))
     known = ingested_run(
         target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings
@@ -402,9 +408,12 @@ def ingest(
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
     from ingest.corpus import check_corpus
+    from ingest.device import resolve_device
     from ingest.pipeline import ingest as run_ingest
 
     stage = _ray_engine(ray_address, workers, gpus_per_worker) if engine == "ray" else None
+    if engine != "ray":  # Ray's workers find their own devices
+        resolve_device(device)
     checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
     lm = load_model(model, random_init=random_init, seed=seed or 0)
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch

@@ -11,7 +11,7 @@ import json
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
@@ -24,18 +24,27 @@ from tqdm import tqdm
 import atlas
 from atlas.errors import AtlasError
 from atlas.model.kinds import is_decoder
-from atlas.model.load import LoadedModel, attention
+from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
 from ingest.conllu import Sentence
 from ingest.corpus import CorpusInfo, read_corpus, sha256_of
+from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from ingest.run_id import CHUNK_EXAMPLES, Settings, run_id_for  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
-from ingest.sparsify import sparsify, word_rows
+from ingest.forward import attention_maps
+from ingest.run_id import (  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
+    CHUNK_EXAMPLES,
+    STORED_WEIGHTS,
+    Settings,
+    run_id_for,
+)
+from ingest.sparsify import batch_rows
 from ingest.template import END_ROLES, START_ROLES
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
+PADDING = 1.25  # a forward batch's padded attention weights: at most this many times its examples' own, ...
+MIN_BATCH = 8  # ... past this many examples (a batch of one computes some maps a bit differently on 1 or 2 threads)
 
 
 @dataclass(frozen=True)
@@ -54,15 +63,21 @@ def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], path: Path, batch: 
 
 
 def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
-    """Group examples of similar length so that each forward batch stays within the attention budget."""
+    """Group examples of similar length so that each forward batch stays within the attention budget and, past
+    its first MIN_BATCH examples, its padding adds at most a quarter to their attention weights (the work per
+    weight is on all of them, padding included)."""
     ordered = sorted(examples, key=lambda e: e.n_tokens)
     batch: list[Example] = []
+    weights = 0  # of the batch's examples, without padding
     for ex in ordered:
         longest = ex.n_tokens
-        if batch and (len(batch) + 1) * longest * longest * n_attn > ATTENTION_BUDGET:
+        padded = (len(batch) + 1) * longest * longest
+        wasteful = len(batch) >= MIN_BATCH and padded > PADDING * (weights + longest * longest)
+        if batch and (padded * n_attn > ATTENTION_BUDGET or wasteful):
             yield batch
-            batch = []
+            batch, weights = [], 0
         batch.append(ex)
+        weights += longest * longest
     if batch:
         yield batch
 
@@ -92,18 +107,28 @@ class _Running:
 def _process_chunk(
     lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, bar: _Running
 ) -> ChunkRows:
-    """Run the model over one chunk (batched by length) and collect its rows in corpus order."""
+    """Run the model over one chunk (batched by length) on ``settings.device`` and collect its rows in corpus
+    order; the attention maps stay on the device, where ``batch_rows`` turns a whole batch into rows."""
     rows = ChunkRows(run_id)
     tok = lm.tokenizer
+    device = resolve_device(settings.device)
+    lm.model.to(device)
     n_attn = lm.n_layers * lm.n_heads
     done: dict[int, tuple] = {}
     for batch in _batches([e for e in examples if not e.skipped], n_attn):
         layouts = [inputs.layout(e) for e in batch]
-        maps = attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts])
-        for ex, lay, attn in zip(batch, layouts, maps, strict=True):
-            pieces = tok.convert_ids_to_tokens(lay.input_ids)
-            edges, stats = sparsify(attn, settings.kept_mass, _targets(lay))
-            done[ex.example_id] = (lay, pieces, edges, stats, word_rows(attn, lay.token_word, settings.kept_mass))
+        maps = attention_maps(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device)
+        per_input = batch_rows(
+            maps,
+            [len(lay.input_ids) for lay in layouts],
+            [lay.token_word for lay in layouts],
+            [_targets(lay) for lay in layouts],
+            settings.kept_mass,
+            settings.max_edges,
+        )
+        del maps
+        for ex, lay, (edges, stats, words) in zip(batch, layouts, per_input, strict=True):
+            done[ex.example_id] = (lay, tok.convert_ids_to_tokens(lay.input_ids), edges, stats, words)
         bar.update(sum(len(e.sentences) for e in batch))
     for ex in examples:  # corpus order
         if ex.skipped:
@@ -218,7 +243,11 @@ def ingest(
     max_length = settings.max_length or lm.max_positions
     if max_length > lm.max_positions or max_length < 3:
         raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
-    settings = Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples)
+    if settings.max_edges is not None and settings.max_edges < 1:
+        raise AtlasError(f"--max-edges {settings.max_edges}: expected 1 or more")
+    if stage is None:  # an unknown or absent device: refused before anything runs (Ray's workers find their own)
+        resolve_device(settings.device)
+    settings = replace(settings, max_length=max_length)
     run_id = run_id_for(corpus, lm, settings)
     if (store.data / run_id).is_dir():
         return IngestResult(run_id, True, 0, 0, 0)
@@ -267,7 +296,8 @@ def _stage_and_publish(
         "pack": settings.pack,
         "max_length": max_length,
         "kept_mass": settings.kept_mass,
-        "weight_precision": "float32" if settings.kept_mass is None else "float16",
+        "max_edges": None if settings.kept_mass is None else settings.max_edges,
+        "weight_precision": "float32" if settings.kept_mass is None else STORED_WEIGHTS,
         "n_sentences": corpus.n_sentences,
         "n_examples": totals["examples"],
         "n_skipped": totals["skipped"],

@@ -15,6 +15,8 @@ from ingest.corpus_info import CorpusInfo, sha256_of
 from ingest.glue_tsv import task_spec
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
+MAX_EDGES = 10  # default cap on the edges kept per attention row (sparse setting)
+STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
 
 
 @dataclass(frozen=True)
@@ -23,6 +25,8 @@ class Settings:
     max_length: int | None = None  # None: the model's max_position_embeddings
     pack: str = "none"
     chunk_examples: int = CHUNK_EXAMPLES
+    max_edges: int | None = MAX_EDGES  # sparse setting: at most this many edges per attention row (None: no cap)
+    device: str = "auto"  # where the model and the work per attention weight run (not part of the run id)
 
 
 class ModelKey(Protocol):
@@ -47,6 +51,7 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             settings.max_length,
             settings.pack,
             settings.chunk_examples,
+            *([settings.max_edges, STORED_WEIGHTS] if settings.kept_mass is not None else []),
         ],
     )
     return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -93,5 +98,5 @@ def ingested_run(
         return None
     max_length = settings.max_length or lm.max_positions
     info = replace(info, sha256=sha256_of(corpus))
-    run_id = run_id_for(info, lm, Settings(settings.kept_mass, max_length, settings.pack, settings.chunk_examples))
+    run_id = run_id_for(info, lm, replace(settings, max_length=max_length))
     return run_id if (data / run_id).is_dir() else None

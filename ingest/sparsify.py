@@ -1,150 +1,364 @@
-"""Stage 4: turn one input's dense attention ``[layers, heads, n, n]`` into store rows.
+"""Stage 4: turn a forward batch's attention into store rows, on the model's device, for the whole batch at once.
 
-- edges: per attention row, the largest weights until the kept-mass target is reached (the argmax is
-  always kept); ``kept_mass=None`` is the dense setting: every weight kept.
+The maps come as one tensor ``[batch, heads, n, n]`` per layer (padded to the batch's longest input). The work
+runs on blocks of a few inputs with all their layers (sized for a CPU cache; on a CPU, blocks in parallel
+threads), as tensor operations over the whole block with the padding masked; only the rows that are stored
+cross to the host.
+
+- edges: per attention row, the largest weights until their kept mass reaches the target, at most
+  ``max_edges`` of them; the argmax is always kept. Weights are ranked as stored (ties: the earlier token) and
+  the mass is the stored mass. ``kept_mass=None`` is the dense setting: every weight kept, no cap.
 - rows: per-row statistics from the dense row: entropy (nats, of Clark et al.'s smoothed row
-  0.9999 a + 1e-4 / n, as their released General_Analysis computes it), max weight, argmax, kept mass,
-  number of kept edges, the mass given to chosen tokens and to the input's first token (position 0,
-  whatever it is: [CLS], a BOS, or a word piece), and the attention the row's token receives (the
-  column sum of the dense map over every row of the input).
-In the sparse setting every stored weight (edge weights, max weight, kept mass, word-level weight) is
-rounded to float16 precision (relative error at most 2**-11), which halves its bytes on disk; entropy,
-argmax and counts are exact. The dense setting stores everything in exact float32.
-- word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word =
-  mean over its pieces, [CLS]/[SEP] as units of their own); for every word, the other real word it
-  attends to most (never itself, [CLS] or [SEP]) and that weight, and the other real word attending
-  to it most (the transposed map: Clark et al.'s head -> dependent predictor) and that weight. Exact
-  whatever the edge sparsity.
+  0.9999 a + 1e-4 / n, as their released General_Analysis computes it), argmax, the mass given to chosen
+  tokens (itself, previous, next, the input's first token, the targets: [CLS]/BOS, [SEP]/EOS, '.' and ','),
+  and the attention the row's token receives (the column sum of the dense map over every row of the input).
+  What a row's edges give is not stored again: its kept mass, number of edges and largest weight (the argmax
+  edge's) are the sum, count and max of its edges.
+- word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word = mean over
+  its pieces, special tokens as units of their own); for every word, the other word it attends to most (never
+  itself or a special token) and that weight, and the other word attending to it most (the transposed map:
+  Clark et al.'s head -> dependent predictor) and that weight. Exact whatever the edge sparsity.
+
+Precision. The dense setting stores everything exact (float32). The sparse setting stores weights in fixed
+point: edge and word-level weights as multiples of 1/256 (``WEIGHT_STEP``, error at most 1/512; a weight below
+1/512 rounds to 0 and is never an edge, except an argmax, stored as 1/256), the row masses ``to_*`` as
+multiples of 1/2048 (``MASS_STEP``, error at most 1/4096, what float16 gives a mass of 0.5 to 1), the received
+attention at float16 precision (relative error at most 2**-11). Entropy, argmax and all predictions are exact.
+Sums that must not round (entropy, received attention, word-level maps) run in float64 (float32 on MPS, which
+has no float64).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from functools import cache
+
 import numpy as np
 import torch
 
+from ingest.device import exact_dtype
+from ingest.run_id import MAX_EDGES
+
 Columns = dict[str, np.ndarray]
 
+ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoid NaNs"
+TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
+WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples of this
+MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
+FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
+BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work (4 MiB of float32)
+_TOP = 2**9  # a rank key above every stored weight (at most 256 steps): the argmax's
+MASSES = ("to_self", "to_prev", "to_next", "to_first")  # then to_<target> for each target
+WORD_COLUMNS = {"dst_word": np.int16, "weight": np.float32, "from_word": np.int16, "from_weight": np.float32}
 
-def _row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Layer, head and source position of each row of a ``[layers * heads * n, n]`` view (store dtypes)."""
+
+@cache
+def row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Layer, head and position of each row of a ``[layers, heads, n]`` grid, flattened (store dtypes)."""
     r = np.arange(n_layers * n_heads * n)
     return (r // (n_heads * n)).astype(np.int8), ((r // n) % n_heads).astype(np.int8), (r % n).astype(np.int16)
 
 
-def _stored(weights: torch.Tensor, kept_mass: float | None) -> torch.Tensor:
-    """Weights as stored: exact in the dense setting, at float16 precision (as float32) otherwise."""
-    return weights if kept_mass is None else weights.half().float()
+def _blocks(n_examples: int, per_example: int) -> Iterator[tuple[int, int]]:
+    step = max(1, BLOCK_WEIGHTS // per_example)
+    for start in range(0, n_examples, step):
+        yield start, min(start + step, n_examples)
 
 
-ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoid NaNs"
-TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
+def _fixed(x: torch.Tensor, step: float) -> torch.Tensor:
+    return torch.round(x / step) * step
+
+
+def _half(x: torch.Tensor) -> torch.Tensor:
+    return x.half().float()
+
+
+class _Batch:
+    """Per-example facts of a batch as device tensors: lengths, the pieces of each word, target masks."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        n_max: int,
+        lengths: Sequence[int],
+        token_words: Sequence[Sequence[int | None]],
+        targets: Sequence[dict[str, np.ndarray]] | None,
+    ) -> None:
+        self.lengths = list(lengths)
+        self.n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
+        self.w_max = w_max = max(self.n_words)
+        self.n = torch.tensor(self.lengths, device=device)
+        self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
+        # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
+        # piece of a word (a "continuation") with its word (padded with the spare unit)
+        first = np.zeros((len(lengths), w_max + 1), dtype=np.int64)
+        pieces = np.zeros((len(lengths), w_max), dtype=np.float64)
+        continuations: list[list[tuple[int, int]]] = []
+        for b, tw in enumerate(token_words):
+            continuations.append([])
+            for t, w in enumerate(tw):
+                if w is None:
+                    continue
+                if pieces[b, w]:
+                    continuations[b].append((t, w))
+                else:
+                    first[b, w] = t
+                pieces[b, w] += 1
+        n_cont = max(map(len, continuations))
+        cont_tok = np.zeros((len(lengths), n_cont), dtype=np.int64)
+        cont_word = np.full((len(lengths), n_cont), w_max, dtype=np.int64)
+        for b, pairs in enumerate(continuations):
+            if pairs:
+                cont_tok[b, : len(pairs)], cont_word[b, : len(pairs)] = zip(*pairs, strict=True)
+        pieces[pieces == 0] = 1  # words past an input's own
+        self.first, self.cont_tok, self.cont_word = (
+            torch.from_numpy(a).to(device) for a in (first, cont_tok, cont_word)
+        )
+        # [batch, words, words]: FROM a word the mean over its pieces; 0 where either word is past the input's own
+        real = np.arange(w_max) < np.array(self.n_words)[:, None]
+        scale = (real / pieces)[:, :, None] * real[:, None, :]
+        self.word_scale = torch.from_numpy(scale).to(device, exact_dtype(device))
+        self.names = list(targets[0]) if targets else []
+        masks = np.zeros((len(lengths), n_max, len(self.names)), dtype=np.float32)
+        for b, t in enumerate(targets or []):
+            masks[b, : self.lengths[b]] = np.stack([t[name] for name in self.names], axis=1)
+        self.masks = torch.from_numpy(masks).to(device)
+
+
+def batch_rows(
+    maps: Sequence[torch.Tensor],
+    lengths: Sequence[int],
+    token_words: Sequence[Sequence[int | None]],
+    targets: Sequence[dict[str, np.ndarray]] | None,
+    kept_mass: float | None,
+    max_edges: int | None = MAX_EDGES,
+) -> list[tuple[Columns, Columns, Columns]]:
+    """(edges, rows, word rows) column arrays of every input of a batch, in input order.
+
+    ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``ingest.forward``); ``lengths``: each input's
+    number of tokens; ``token_words``: each input's word of each token (None: a special token); ``targets``:
+    per input, a boolean mask over its tokens for each name of ``TARGETS`` (None: no ``to_<target>`` columns).
+    """
+    device = maps[0].device
+    n_examples, n_heads, n_max, _ = maps[0].shape
+    n_layers = len(maps)
+    with torch.inference_mode():
+        batch = _Batch(device, n_max, lengths, token_words, targets)
+    blocks = _blocks(n_examples, n_layers * n_heads * n_max * n_max)
+    # on a CPU, one torch thread: the many small operations here lose more to the synchronisation of torch's
+    # threads than they gain from a second core (measured on 2 busy cores: 4x the wall time; blocks in 2 Python
+    # threads of one torch thread each: 1.7x)
+    threads = torch.get_num_threads()
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            done = [_block_rows(maps, batch, start, stop, kept_mass, max_edges) for start, stop in blocks]
+    finally:
+        torch.set_num_threads(threads)
+    stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
+    words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
+    return _to_host(stats, words, [d[2] for d in done], batch, n_layers, n_heads, n_max)
+
+
+def _block_rows(
+    maps: Sequence[torch.Tensor],
+    batch: _Batch,
+    start: int,
+    stop: int,
+    kept_mass: float | None,
+    max_edges: int | None,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], tuple]:
+    """Rows, word rows and edges of the inputs ``start`` to ``stop`` of the batch."""
+    sparse = kept_mass is not None
+    # every layer: [examples, layers * heads, n, n], in the order rows and edges are stored
+    block = torch.stack([attn[start:stop] for attn in maps], dim=1).flatten(1, 2)
+    for i, n in enumerate(batch.lengths[start:stop]):
+        block[i, :, n:] = 0  # padding's rows: nothing to anyone
+    argmax = block.max(dim=-1, keepdim=True).indices  # the first of equal maxima
+    exact = block.to(exact_dtype(block.device), copy=True)
+    words = _word_stats(exact, batch, start, stop, sparse) if batch.w_max >= 2 else {}
+    rows = _row_stats(block, exact, argmax[..., 0], batch, start, stop, sparse)
+    return rows, words, (*_edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges), start, stop)
+
+
+def _row_stats(
+    block: torch.Tensor,
+    exact: torch.Tensor,
+    argmax: torch.Tensor,
+    batch: _Batch,
+    start: int,
+    stop: int,
+    sparse: bool,
+) -> dict[str, torch.Tensor]:
+    """Per-row statistics of ``block`` ``[examples, heads, n, n]`` (padding's rows 0; ``exact``: its copy in the
+    exact dtype, used up here): tensors ``[examples, heads, n]``."""
+    received = exact.sum(dim=-2)  # column sums over the input's rows
+    n = batch.n[start:stop, None, None].to(exact.dtype)
+    smoothing = ENTROPY_SMOOTHING / n  # what a weight of 0 becomes, padding's columns too: taken out below
+    smoothed = exact.mul_(1 - ENTROPY_SMOOTHING).add_(smoothing[..., None])
+    padding = (block.shape[-1] - n) * smoothing * smoothing.log()
+    entropy = padding - torch.linalg.vecdot(smoothed, smoothed.log())
+    zero = block.new_zeros(block.shape[:-1])
+    masses = [  # MASSES, in order
+        block.diagonal(0, -2, -1),
+        torch.cat([zero[..., :1], block.diagonal(-1, -2, -1)], dim=-1),
+        torch.cat([block.diagonal(1, -2, -1), zero[..., :1]], dim=-1),
+        block[..., 0],
+    ]
+    if batch.masks.shape[-1]:
+        masses.extend((block @ batch.masks[start:stop, None]).unbind(-1))  # [examples, heads, n] per target
+    masses = torch.stack(masses, dim=-1)
+    received = received.float()
+    return {
+        "entropy": entropy.float(),
+        "argmax_tok": argmax.short(),
+        "masses": _fixed(masses, MASS_STEP) if sparse else masses,
+        "received": _half(received) if sparse else received,
+    }
+
+
+def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int, sparse: bool) -> dict[str, torch.Tensor]:
+    """Word-level predictions of ``block`` ``[examples, heads, n, n]`` (in the exact dtype): tensors
+    ``[examples, heads, words]`` (words past an input's own are filler). Each word's first piece is gathered, its
+    other pieces added to it."""
+    examples, heads, n, _ = block.shape
+    w = batch.w_max
+    first, cont_tok, cont_word = batch.first[start:stop], batch.cont_tok[start:stop], batch.cont_word[start:stop]
+    n_cont = cont_tok.shape[1]
+    # TO a word: the sum over its pieces (columns)
+    to_words = block.gather(-1, first[:, None, None, :].expand(examples, heads, n, w + 1))
+    if n_cont:
+        extra = block.gather(-1, cont_tok[:, None, None, :].expand(examples, heads, n, n_cont))
+        to_words.scatter_add_(-1, cont_word[:, None, None, :].expand(examples, heads, n, n_cont), extra)
+    # FROM a word: the mean over its pieces (rows)
+    words = to_words.gather(-2, first[:, None, :, None].expand(examples, heads, w + 1, w + 1))
+    if n_cont:
+        extra = to_words.gather(-2, cont_tok[:, None, :, None].expand(examples, heads, n_cont, w + 1))
+        words.scatter_add_(-2, cont_word[:, None, :, None].expand(examples, heads, n_cont, w + 1), extra)
+    # words past an input's own are 0 (never above a real word's weight, and after every real word: never chosen)
+    words = words[:, :, :w, :w] * batch.word_scale[start:stop, None]
+    words.diagonal(0, -2, -1).fill_(-torch.inf)  # never the word itself
+    weight, best = words.max(dim=-1)  # the word each word attends to most (the first of equal weights)
+    from_weight, attending = words.max(dim=-2)  # the word attending most to each word
+    weight, from_weight = weight.float(), from_weight.float()
+    if sparse:
+        weight, from_weight = _fixed(weight, WEIGHT_STEP), _fixed(from_weight, WEIGHT_STEP)
+    return {"dst_word": best.short(), "weight": weight, "from_word": attending.short(), "from_weight": from_weight}
+
+
+def _sorted(x: torch.Tensor) -> torch.Tensor:
+    """``x`` sorted along its last dimension (ascending). On the CPU numpy's vectorised sort, several times faster
+    there than torch's; the results are the same (the values sorted here are distinct in each row)."""
+    if x.device.type == "cpu":
+        return torch.from_numpy(np.sort(x.numpy(), axis=-1))
+    return torch.sort(x, dim=-1).values
+
+
+def _edges(
+    block: torch.Tensor, argmax: torch.Tensor, valid: torch.Tensor, kept_mass: float | None, max_edges: int | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kept edges of ``block`` ``[examples, heads, n, n]`` (``argmax`` ``[examples, heads, n, 1]``), in order
+    (example, head, source, destination): their rows (flat positions in ``[examples, heads, n]``), destinations
+    and stored weights."""
+    n = block.shape[-1]
+    rows = valid[:, None, :, None]
+    if kept_mass is None:
+        flat = (rows & valid[:, None, None, :]).expand(block.shape).reshape(-1).nonzero()[:, 0]
+        return flat // n, flat % n, block.reshape(-1)[flat]
+    # rank key: stored weight in steps, then the argmax, then the earlier position (float32 when it holds them
+    # exactly: numpy sorts it fastest; int64 for longer inputs)
+    bits = n.bit_length()
+    dtype = torch.float32 if bits <= FLOAT_KEY_BITS else torch.int64
+    key = torch.round(block / WEIGHT_STEP).to(dtype).mul_(2 ** (bits + 1))
+    key.add_(torch.arange(n - 1, -1, -1, device=block.device, dtype=dtype))
+    key.scatter_add_(-1, argmax, torch.full(argmax.shape, 2**bits, device=block.device, dtype=dtype))
+    k = min(max_edges or n, n)
+    top = _sorted(key)[..., -k:].flip(-1)  # the k largest keys, largest first
+    steps = torch.div(top, 2 ** (bits + 1), rounding_mode="floor")
+    before = steps.cumsum(dim=-1) - steps
+    keep = (before < kept_mass / WEIGHT_STEP) & (steps > 0)  # a prefix of the ranked row
+    keep[..., 0] = True  # the argmax, even below one step
+    position = n - 1 - torch.remainder(top, 2**bits)
+    # the kept edges of each row in the order of their destination: (position, steps) as one sortable number
+    dropped = n * 1024  # above every kept edge's number
+    code = _sorted(torch.where(keep & rows, position * 1024 + steps.clamp(min=1), dropped))
+    flat_kept = (code < dropped).reshape(-1).nonzero()[:, 0]
+    code = code.reshape(-1)[flat_kept]
+    return flat_kept // k, torch.div(code, 1024, rounding_mode="floor"), torch.remainder(code, 1024) * WEIGHT_STEP
+
+
+def _to_host(
+    stats: dict[str, np.ndarray],
+    words: dict[str, np.ndarray],
+    edge_parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]],
+    batch: _Batch,
+    n_layers: int,
+    n_heads: int,
+    n_max: int,
+) -> list[tuple[Columns, Columns, Columns]]:
+    """Split the batch's columns (``stats``, ``words``: ``[examples, layers * heads, ...]`` arrays; edges: the
+    blocks' flat positions and weights) into each input's columns on the host."""
+    mass_names = [*MASSES, *(f"to_{name}" for name in batch.names)]
+    edges, counts = _edge_columns(edge_parts, len(batch.lengths), n_layers, n_heads, n_max)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    out = []
+    for b, (n, n_words) in enumerate(zip(batch.lengths, batch.n_words, strict=True)):
+        layer, head, src = row_index(n_layers, n_heads, n)
+        rows = {"layer": layer, "head": head, "src_tok": src}
+        rows.update({name: t[b, :, :n].reshape(-1) for name, t in stats.items() if name != "masses"})
+        masses = stats["masses"][b, :, :n].reshape(-1, len(mass_names))
+        rows.update({name: masses[:, i] for i, name in enumerate(mass_names)})
+        n_words = n_words if n_words >= 2 else 0
+        layer, head, src = row_index(n_layers, n_heads, n_words)
+        word = {"layer": layer, "head": head, "src_word": src}
+        for name, dtype in WORD_COLUMNS.items():
+            word[name] = words[name][b, :, :n_words].reshape(-1) if n_words else np.zeros(0, dtype)
+        cut = slice(bounds[b], bounds[b + 1])
+        out.append(({name: column[cut] for name, column in edges.items()}, rows, word))
+    return out
+
+
+def _edge_columns(
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]],
+    n_examples: int,
+    n_layers: int,
+    n_heads: int,
+    n_max: int,
+) -> tuple[Columns, np.ndarray]:
+    """The edges of the blocks (rows: flat positions in ``[examples, layers * heads, n]``, destinations and
+    weights, in that order) as host columns in (example, layer, head, source, destination) order, and each
+    example's count of edges."""
+    counts = np.zeros(n_examples, dtype=np.int64)
+    columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
+    for row, dst, weight, start, stop in parts:
+        counts[start:stop] = torch.bincount(row // (n_layers * n_heads * n_max), minlength=stop - start).cpu()
+        layer_head = row // n_max % (n_layers * n_heads)
+        columns["layer"].append((layer_head // n_heads).to(torch.int8))
+        columns["head"].append((layer_head % n_heads).to(torch.int8))
+        columns["src_tok"].append((row % n_max).to(torch.int16))
+        columns["dst_tok"].append(dst.to(torch.int16))
+        columns["weight"].append(weight.float())
+    return {name: torch.cat(parts).cpu().numpy() for name, parts in columns.items()}, counts
+
+
+def _single(attn: np.ndarray) -> list[torch.Tensor]:
+    return [torch.from_numpy(np.ascontiguousarray(attn[layer]))[None] for layer in range(attn.shape[0])]
 
 
 def sparsify(
-    attn: np.ndarray, kept_mass: float | None, targets: dict[str, np.ndarray] | None = None
+    attn: np.ndarray,
+    kept_mass: float | None,
+    targets: dict[str, np.ndarray] | None = None,
+    max_edges: int | None = MAX_EDGES,
 ) -> tuple[Columns, Columns]:
-    """Return (edges, rows) column arrays for one input (sorting done with torch: multithreaded).
-
-    ``targets`` maps each name of ``TARGETS`` to a boolean mask over the input's tokens; each row
-    records the attention mass it gives to those tokens (``to_<name>``), and to itself, the previous
-    and next token and the input's first token (``to_first``), all from the dense row.
-    """
-    n_layers, n_heads, n, _ = attn.shape
-    rows = torch.from_numpy(attn).reshape(-1, n)
-    ranked, order = torch.sort(rows, dim=1, descending=True, stable=True)
-    if kept_mass is None:
-        keep = torch.ones(ranked.shape, dtype=torch.bool)
-    else:
-        keep = (torch.cumsum(ranked, dim=1) - ranked) < kept_mass
-        keep[:, 0] = True
-    r_idx, k_idx = torch.nonzero(keep, as_tuple=True)
-    cell, _ = torch.sort(r_idx * n + order[r_idx, k_idx])  # edges ordered by row, then destination
-    r_idx, dst = cell // n, cell % n
-    weight = rows[r_idx, dst]
-    layer, head, src = _row_index(n_layers, n_heads, n)
-    r = r_idx.numpy()
-    edges = {
-        "layer": layer[r],
-        "head": head[r],
-        "src_tok": src[r],
-        "dst_tok": dst.numpy().astype(np.int16),
-        "weight": _stored(weight, kept_mass).numpy(),
-    }
-    stats = {
-        "layer": layer,
-        "head": head,
-        "src_tok": src,
-        "entropy": _smoothed_entropy(rows).numpy(),
-        "max_weight": _stored(ranked[:, 0], kept_mass).numpy(),
-        "argmax_tok": order[:, 0].numpy().astype(np.int16),
-        "kept_mass": _stored((ranked.double() * keep).sum(dim=1).float(), kept_mass).numpy(),
-        "n_kept": keep.sum(dim=1).numpy().astype(np.int16),
-    }
-    square = torch.from_numpy(attn)
-    zero = torch.zeros(n_layers, n_heads, 1)
-    received = {
-        "self": torch.diagonal(square, dim1=2, dim2=3),
-        "prev": torch.cat([zero, torch.diagonal(square, offset=-1, dim1=2, dim2=3)], dim=2),
-        "next": torch.cat([torch.diagonal(square, offset=1, dim1=2, dim2=3), zero], dim=2),
-        "first": square[..., 0],
-    }
-    if targets:
-        names = list(targets)
-        masks = torch.from_numpy(np.stack([targets[name] for name in names], axis=1).astype(np.float32))
-        mass = square @ masks  # [layers, heads, n, targets]
-        for i, name in enumerate(names):
-            received[name] = mass[..., i]
-    for name, mass in received.items():
-        stats[f"to_{name}"] = _stored(mass.reshape(-1), kept_mass).numpy()
-    stats["received"] = _stored(square.double().sum(dim=2).float().reshape(-1), kept_mass).numpy()
-    return edges, stats
-
-
-def _smoothed_entropy(rows: torch.Tensor) -> torch.Tensor:
-    """Entropy (nats) of each row after Clark et al.'s smoothing towards uniform, in float64."""
-    n = rows.shape[1]
-    smoothed = (1 - ENTROPY_SMOOTHING) * rows.double() + ENTROPY_SMOOTHING / n
-    return torch.special.entr(smoothed).sum(dim=1).float()
+    """(edges, rows) of one input's attention ``[layers, heads, n, n]`` (``batch_rows`` on a batch of one)."""
+    n = attn.shape[-1]
+    edges, rows, _ = batch_rows(_single(attn), [n], [[None] * n], None if targets is None else [targets],
+                                kept_mass, max_edges)[0]  # fmt: skip
+    return edges, rows
 
 
 def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float | None) -> Columns:
-    """Word-level argmax rows for one input; ``token_word[t]`` is the word of token t (None: special)."""
-    n_layers, n_heads, n, _ = attn.shape
-    n_words = 1 + max((w for w in token_word if w is not None), default=-1)
-    if n_words < 2:
-        names = ("layer", "head", "src_word", "dst_word", "weight", "from_word", "from_weight")
-        return {k: np.zeros(0, dtype=np.int64) for k in names}
-    # units: words 0..n_words-1, then one unit per special token
-    unit = np.empty(n, dtype=np.int64)
-    extra = n_words
-    for t, w in enumerate(token_word):
-        if w is None:
-            unit[t] = extra
-            extra += 1
-        else:
-            unit[t] = w
-    to_unit = np.zeros((n, extra), dtype=np.float64)
-    to_unit[np.arange(n), unit] = 1.0
-    from_unit = to_unit.T / to_unit.sum(axis=0)[:, None]
-    words = from_unit @ attn.astype(np.float64) @ to_unit  # [L, H, units, units]
-    words = words[:, :, :n_words, :n_words].copy()
-    idx = np.arange(n_words)
-    words[:, :, idx, idx] = -np.inf
-    best = words.argmax(axis=-1)  # [L, H, n_words]: the word each word attends to most
-    weight = np.take_along_axis(words, best[..., None], axis=-1)[..., 0]
-    attending = words.argmax(axis=-2)  # [L, H, n_words]: the word attending most to each word
-    from_weight = np.take_along_axis(words, attending[..., None, :], axis=-2)[..., 0, :]
-    layer, head, src = _row_index(n_layers, n_heads, n_words)
-
-    def stored(w: np.ndarray) -> np.ndarray:
-        return _stored(torch.from_numpy(w.reshape(-1).astype(np.float32)), kept_mass).numpy()
-
-    return {
-        "layer": layer,
-        "head": head,
-        "src_word": src,
-        "dst_word": best.reshape(-1).astype(np.int16),
-        "weight": stored(weight),
-        "from_word": attending.reshape(-1).astype(np.int16),
-        "from_weight": stored(from_weight),
-    }
+    """Word-level rows of one input's attention (``batch_rows`` on a batch of one)."""
+    return batch_rows(_single(attn), [attn.shape[-1]], [token_word], None, kept_mass)[0][2]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+from click.testing import CliRunner
 
 import ingest.pipeline as pipeline
 from atlas.errors import AtlasError
 from atlas.model.load import load_model
 from atlas.store import Store
+from cli import cli
 from ingest.corpus import check_corpus
+from ingest.run_id import MAX_EDGES
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_attention, read_sentences
 
@@ -37,26 +41,37 @@ def test_dense_edges_equal_transformers_eager_attention(dense_store, ewt_small, 
         got[rows["layer"], rows["head"], rows["src_tok"], rows["dst_tok"]] = rows["weight"]
         np.testing.assert_allclose(got, attn, atol=2e-6)
         stats = con.execute(
-            "SELECT entropy, max_weight, argmax_tok FROM attn_rows WHERE run_id = ? AND example_id = ? "
+            "SELECT entropy, argmax_tok FROM attn_rows WHERE run_id = ? AND example_id = ? "
             "ORDER BY layer, head, src_tok",
             [run_id, example_id],
         ).fetchnumpy()
         flat = attn.reshape(-1, attn.shape[-1]).astype(np.float64)
         smoothed = 0.9999 * flat + 0.0001 / flat.shape[-1]  # Clark et al.'s smoothing
         np.testing.assert_allclose(stats["entropy"], -(smoothed * np.log(smoothed)).sum(axis=1), atol=1e-4)
-        np.testing.assert_allclose(stats["max_weight"], flat.max(axis=1), atol=2e-6)
+        top = flat.max(axis=1, keepdims=True)
+        assert (flat[np.arange(len(flat)), stats["argmax_tok"]] >= top[:, 0] - 2e-6).all()  # the largest weight
 
 
 def test_every_attention_row_is_complete_in_the_sparse_store(sparse_store):
+    """Each row keeps its largest weights until their stored mass reaches 0.9, at most MAX_EDGES of them (the
+    default), its argmax always; kept mass and edge count are the sum and count of its edges."""
     store, run_id = sparse_store
     con = store.connect()
-    worst = con.execute(
-        "SELECT min(kept_mass), max(abs(r.kept_mass - e.mass)), bool_and(r.n_kept = e.n) FROM attn_rows r "
-        "JOIN (SELECT example_id, layer, head, src_tok, sum(weight) AS mass, count(*) AS n FROM attn_edges "
-        "      WHERE run_id = $run GROUP BY ALL) e USING (example_id, layer, head, src_tok) WHERE r.run_id = $run",
+    per_row = (
+        "SELECT sum(e.weight) AS mass, count(*) AS n, min(e.weight) AS smallest, bool_or(e.dst_tok = r.argmax_tok) "
+        "AS has_argmax FROM attn_rows r JOIN attn_edges e USING (run_id, example_id, layer, head, src_tok) "
+        "WHERE r.run_id = $run GROUP BY r.example_id, r.layer, r.head, r.src_tok"
+    )
+    rows, most, reached, minimal, argmax, capped = con.execute(
+        f"SELECT count(*), max(n), bool_and(mass >= 0.9 - 1e-6 OR n = {MAX_EDGES}), bool_and(mass - smallest < 0.9), "
+        f"bool_and(has_argmax), count(*) FILTER (WHERE n = {MAX_EDGES} AND mass < 0.9) FROM ({per_row})",
         {"run": run_id},
     ).fetchone()
-    assert worst[0] >= 0.9 * (1 - 2**-11) and worst[1] < 2 * 2**-11 and worst[2]  # weights at float16 precision
+    assert rows == con.execute("SELECT count(*) FROM attn_rows WHERE run_id = ?", [run_id]).fetchone()[0]
+    assert most == MAX_EDGES and reached and minimal and argmax and capped > 0  # the cap binds on some rows here
+    steps = con.execute("SELECT DISTINCT weight * 256 AS s FROM attn_edges WHERE run_id = ?", [run_id]).fetchnumpy()
+    steps = steps["s"]
+    assert (steps == np.round(steps)).all() and steps.min() >= 1  # weights in steps of 1/256
 
 
 def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatch):
@@ -74,18 +89,14 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
     store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
-        pipeline.ingest(
-            check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
-        )
+        pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
     assert done_before == ["00000.json", "00001.json"]
 
     seen = []
     monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real(d, chunk, t)))
-    result = pipeline.ingest(
-        check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False
-    )
+    result = pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
     for name in TABLES:
         assert table(store, name, run_id).equals(table(whole, name, run_id)), name
@@ -158,3 +169,44 @@ def test_model_whose_attention_is_not_captured_is_refused(tmp_path):
     with pytest.raises(AtlasError, match="captured for 0 of 6 layers"):
         make_store(tmp_path / "s", corpus, lm)
     assert not (tmp_path / "s").exists()  # the failed ingest left nothing behind
+
+
+def test_ingest_on_an_explicit_cpu_is_the_same_run(tmp_path, model):
+    """--device cpu runs the one code path (model, maps and the work per weight on the device) into the store the
+    API gives on the CPU; the device is not part of the run."""
+    corpus = cut_conllu(EWT_SAMPLE, 6, tmp_path / "c.conllu")
+    api_store, run_id = make_store(tmp_path / "api", corpus, model, device="cpu")
+    result = CliRunner().invoke(
+        cli, ["ingest", "--corpus", str(corpus), "--device", "cpu", "--store", str(tmp_path / "cli"), "--quiet"]
+    )
+    assert result.exit_code == 0, result.output
+    cli_store = Store(tmp_path / "cli")
+    assert cli_store.run_ids() == [run_id]
+    for name in TABLES:
+        assert table(cli_store, name, run_id).equals(table(api_store, name, run_id)), name
+    if not torch.cuda.is_available():
+        result = CliRunner().invoke(
+            cli, ["ingest", "--corpus", str(corpus), "--device", "cuda", "--store", str(tmp_path / "x")]
+        )
+        assert result.exit_code == 1 and "--device cuda: torch sees no CUDA device" in result.output
+        assert not (tmp_path / "x").exists()
+
+
+def test_max_edges_caps_every_row_and_is_part_of_the_run(tmp_path, model):
+    corpus = cut_conllu(EWT_SAMPLE, 6, tmp_path / "c.conllu")
+    store, capped = make_store(tmp_path / "s", corpus, model, max_edges=3)
+    _, default = make_store(tmp_path / "s", corpus, model)
+    _, dense = make_store(tmp_path / "s", corpus, model, kept_mass=None, max_edges=3)  # no cap on a dense run
+    assert len({capped, default, dense}) == 3
+    con = store.connect()
+    most = con.execute(
+        "SELECT max(n) FROM (SELECT count(*) AS n FROM attn_edges WHERE run_id = ? "
+        "GROUP BY example_id, layer, head, src_tok)",
+        [capped],
+    )
+    assert most.fetchone()[0] == 3
+    runs = "SELECT max_edges, weight_precision FROM runs WHERE run_id = ?"
+    assert con.execute(runs, [capped]).fetchone() == (3, "1/256")
+    assert con.execute(runs, [dense]).fetchone() == (None, "float32")
+    result = CliRunner().invoke(cli, ["ingest", "--corpus", str(corpus), "--dense", "--max-edges", "3"])
+    assert result.exit_code == 1 and "--max-edges: --dense keeps every weight" in result.output

@@ -1,0 +1,46 @@
+"""The ingest's forward pass: one padded batch through the model on its device, the attention of every layer
+kept there as tensors (``ingest.sparsify`` turns them into store rows on the same device)."""
+
+from __future__ import annotations
+
+import torch
+
+from atlas.errors import AtlasError
+from atlas.model.capture import recording
+from atlas.model.load import LoadedModel
+
+
+def attention_maps(
+    lm: LoadedModel, inputs: list[tuple[list[int], list[int]]], device: torch.device
+) -> list[torch.Tensor]:
+    """Run one padded batch of ``(input ids, token type ids)`` through ``lm`` (its model already on ``device``).
+
+    Returns one float32 tensor ``[batch, heads, longest, longest]`` per layer, on ``device``. Positions past
+    an input's length are padding: its rows there are not its attention, its columns there hold exactly 0.
+    """
+    longest = max(len(ids) for ids, _ in inputs)
+    pad = lm.tokenizer.pad_token_id or 0
+    input_ids = torch.full((len(inputs), longest), pad, dtype=torch.long)
+    types = torch.zeros((len(inputs), longest), dtype=torch.long)
+    mask = torch.zeros((len(inputs), longest), dtype=torch.long)
+    for row, (ids, type_ids) in enumerate(inputs):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        types[row, : len(type_ids)] = torch.tensor(type_ids)
+        mask[row, : len(ids)] = 1
+    kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
+    if getattr(lm.model.config, "type_vocab_size", 0) > 1:
+        kwargs["token_type_ids"] = types.to(device)
+    with torch.inference_mode(), recording() as maps:
+        lm.model(**kwargs)
+    if len(maps) != lm.n_layers:
+        raise AtlasError(
+            f"--model '{lm.name}': attention captured for {len(maps)} of {lm.n_layers} layers; "
+            "this architecture does not route attention through transformers' AttentionInterface"
+        )
+    maps = [m.float() for m in maps]
+    if lm.decoder:  # an input's own rows (a padding token's row may attend anywhere)
+        rows = torch.arange(longest, device=device) < mask.sum(dim=1).to(device)[:, None]
+        future = torch.ones(longest, longest, dtype=torch.bool, device=device).triu(1) & rows[:, None, :, None]
+        if any(m.masked_select(future).any() for m in maps):
+            raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
+    return maps
