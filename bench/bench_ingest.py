@@ -1,44 +1,59 @@
 """Ingest benchmark, measured side by side in one run on one UD file.
 
-    python bench/bench_ingest.py CORPUS.conllu [--sweep-sentences N]
+    python bench/bench_ingest.py CORPUS.conllu [--pack window --max-length 128] [--device auto|cpu|cuda|mps]
+        [--model NAME] [--random-init] [--config KEY=VALUE ...] [--rss] [--no-reference] [--sweep-sentences N]
 
 Prints:
-1. bare forward pass (same grouping and batching, attention captured, nothing written) vs full ingest;
-2. store bytes vs Clark et al.'s dense float16 [L, H, n, n] format for the same inputs;
-3. 'best head per dependency relation' in SQL over the store vs a plain numpy loop over dense arrays
-   (and whether both give the same best heads);
-4. with --sweep-sentences N: on the first N sentences, for several kept-mass targets, the share of
-   edges kept, store bytes vs dense float16, and the largest error of per-head mean attention to
-   [CLS] / [SEP] / punctuation / previous / next token computed from the sparse edges vs exact.
+1. the bare forward pass (the ingest's own reading, grouping, batching and forward pass, attention captured and
+   left on the device, nothing else) against the full ingest: wall seconds and process CPU seconds (all
+   threads; steadier than wall time on a loaded machine), their ratios, and the ingest's seconds beyond the
+   forward pass per million attention weights; the forward pass is timed before and after the ingest and
+   averaged;
+2. store bytes per table against Clark et al.'s dense float16 [L, H, n, n] format for the same inputs;
+3. with --rss: the peak resident memory of an ingest of the corpus and of the corpus five times over, each in a
+   process of its own (memory must not grow with the corpus);
+4. unless --no-reference: 'best head per dependency relation' in SQL over the store against a plain numpy loop
+   over the dense maps (kept as float16: memory grows with the corpus), and whether both give the same heads;
+5. with --sweep-sentences N: on the first N sentences, for several kept-mass targets, the share of edges
+   kept, store bytes against dense float16, and the largest error of per-head mean attention to
+   [CLS] / [SEP] / punctuation / previous / next token computed from the sparse edges against exact.
+
+A BERT-base-shaped random model: --random-init --config hidden_size=768 --config num_hidden_layers=12
+--config intermediate_size=3072 (the embedded model's config otherwise: 12 heads, its vocabulary).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from itertools import islice
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
 from atlas.model.kinds import is_decoder  # noqa: E402
-from atlas.model.load import LoadedModel, attention, load_model  # noqa: E402
+from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 from ingest.align import is_punct  # noqa: E402
-from ingest.conllu import read_conllu, write_first_sentences  # noqa: E402
-from ingest.corpus import check_corpus  # noqa: E402
-from ingest.examples import Inputs, group_examples  # noqa: E402
-from ingest.pipeline import CHUNK_EXAMPLES, Settings, _aligned, _batches, ingest  # noqa: E402
+from ingest.conllu import write_first_sentences  # noqa: E402
+from ingest.corpus import CorpusInfo, check_corpus  # noqa: E402
+from ingest.device import resolve_device  # noqa: E402
+from ingest.examples import Inputs  # noqa: E402
+from ingest.forward import attention_maps  # noqa: E402
+from ingest.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 
 OFFSETS = (-3, -2, -1, 1, 2)
 
@@ -47,28 +62,41 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) -> tuple[float, list[dict]]:
-    """The ingest's reading, grouping and batched forward pass, writing nothing. Returns the time spent
-    (less the time spent keeping float16 copies for the numpy baseline) and the kept inputs."""
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def forward_pass(
+    lm: LoadedModel, corpus: CorpusInfo, settings: Settings, keep: bool
+) -> tuple[float, float, list[int], list[dict]]:
+    """The ingest's reading, grouping, batching and forward pass on its device, nothing else. Returns the wall
+    and CPU seconds (less the time spent keeping float16 copies for the numpy reference), every input's
+    length, and the kept inputs (``keep``)."""
+    device = resolve_device(settings.device)
+    lm.model.to(device)
     kept: list[dict] = []
-    copy_time = 0.0
-    start = time.perf_counter()
-    tok = lm.tokenizer
-    inputs = Inputs.of(tok, is_decoder(lm.model.config), corpus)
-    sentences = _aligned(lm, read_conllu(corpus), corpus)
-    examples = group_examples(sentences, settings.pack, settings.max_length or lm.max_positions, inputs)
-    while block := list(islice(examples, CHUNK_EXAMPLES)):
+    lengths: list[int] = []
+    copy_wall = copy_cpu = 0.0
+    wall, cpu = time.perf_counter(), time.process_time()
+    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    for block in chunks(corpus, lm, settings, inputs):
         for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads):
             layouts = [inputs.layout(e) for e in batch]
-            maps = attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts])
+            maps = attention_maps(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device)
+            _synchronize(device)
+            lengths.extend(len(lay.input_ids) for lay in layouts)
             if keep:
-                t0 = time.perf_counter()
-                for ex, lay, attn in zip(batch, layouts, maps, strict=True):
+                w0, c0 = time.perf_counter(), time.process_time()
+                for b, (ex, lay) in enumerate(zip(batch, layouts, strict=True)):
+                    n = len(lay.input_ids)
                     offsets = ex.word_offsets()
                     kept.append(
                         {
                             "example_id": ex.example_id,
-                            "attn": attn.astype(np.float16),
+                            "attn": torch.stack([m[b, :, :n, :n] for m in maps]).half().cpu().numpy(),
                             "token_word": lay.token_word,
                             "special": lay.special,
                             "text": lay.text,
@@ -77,8 +105,11 @@ def forward_pass(lm: LoadedModel, corpus: Path, settings: Settings, keep: bool) 
                             "forms": [w.form for _, w in ex.words],
                         }
                     )
-                copy_time += time.perf_counter() - t0
-    return time.perf_counter() - start - copy_time, sorted(kept, key=lambda k: k["example_id"])
+                copy_wall += time.perf_counter() - w0
+                copy_cpu += time.process_time() - c0
+            del maps
+    wall, cpu = time.perf_counter() - wall - copy_wall, time.process_time() - cpu - copy_cpu
+    return wall, cpu, lengths, sorted(kept, key=lambda k: k["example_id"])
 
 
 def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str, str, float]]:
@@ -180,11 +211,13 @@ def exact_surface(inputs: list[dict], lm: LoadedModel) -> np.ndarray:
 
 def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work: Path) -> None:
     subset = write_first_sentences(corpus, n_sentences, work / f"{corpus.stem}-first{n_sentences}.conllu")
-    _, inputs = forward_pass(lm, subset, base, keep=True)
+    _, _, _, inputs = forward_pass(lm, check_corpus(subset), base, keep=True)
     dense_bytes = sum(i["attn"].nbytes for i in inputs)
     dense_weights = sum(i["attn"].size for i in inputs)
     exact = exact_surface(inputs, lm)
-    print(f"\n## kept-mass sweep on the first {n_sentences} sentences ({len(inputs)} inputs)")
+    print(
+        f"\n## kept-mass sweep on the first {n_sentences} sentences ({len(inputs)} inputs), max edges {base.max_edges}"
+    )
     print(
         f"{'kept mass':>10} {'edges kept':>11} {'store/dense':>12} {'edges/dense':>12} {'ingest s':>9}"
         f" {'max err cls':>12} {'sep':>7} {'punct':>7} {'prev':>7} {'next':>7}"
@@ -192,8 +225,7 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
     for target in (0.8, 0.9, 0.95, 0.99, None):
         root = work / f"sweep-{target}"
         t0 = time.perf_counter()
-        settings = Settings(kept_mass=target, max_length=base.max_length, pack=base.pack)
-        result = ingest(check_corpus(subset), Store(root), lm, settings, progress=False)
+        result = ingest(check_corpus(subset), Store(root), lm, replace(base, kept_mass=target), progress=False)
         seconds = time.perf_counter() - t0
         store = Store(root)
         con = store.connect()
@@ -209,66 +241,126 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
         shutil.rmtree(root)
 
 
+def peak_rss(args: argparse.Namespace, corpus: Path, store: Path) -> float:
+    """Peak resident memory (MB) of an ingest of ``corpus`` in a process of its own."""
+    command = [sys.executable, __file__, str(corpus), "--ingest-only", str(store), *args.passed]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(child.pid, 0)
+    if status:
+        raise SystemExit(f"the ingest of {corpus} failed (status {status})")
+    return usage.ru_maxrss / 1024  # KiB on Linux
+
+
+def model_of(args: argparse.Namespace) -> LoadedModel:
+    overrides = {key: json.loads(value) for key, value in (c.split("=", 1) for c in args.config)}
+    return load_model(args.model, random_init=args.random_init, seed=args.seed, **overrides)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("corpus", type=Path)
     parser.add_argument("--kept-mass", type=float, default=Settings().kept_mass)
-    parser.add_argument("--min-count", type=int, default=100)
-    parser.add_argument("--sweep-sentences", type=int, default=0)
+    parser.add_argument("--max-edges", type=int, default=Settings().max_edges)
     parser.add_argument("--pack", choices=["none", "pair", "window"], default="none")
     parser.add_argument("--max-length", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--model", default=None, help="HF id or path (default: the embedded model)")
+    parser.add_argument("--random-init", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--config", action="append", default=[], help="KEY=VALUE (JSON) for the model's config")
+    parser.add_argument("--rss", action="store_true", help="peak memory of an ingest of 1x and 5x the corpus")
+    parser.add_argument("--no-reference", action="store_true", help="skip the numpy reference of Table 1")
+    parser.add_argument("--min-count", type=int, default=100)
+    parser.add_argument("--sweep-sentences", type=int, default=0)
+    parser.add_argument("--ingest-only", type=Path, default=None, help=argparse.SUPPRESS)  # --rss's child: the store
     args = parser.parse_args()
-    settings = Settings(kept_mass=args.kept_mass, max_length=args.max_length, pack=args.pack)
-
-    lm = load_model(None)
-    n_sentences = sum(1 for _ in read_conllu(args.corpus))
+    args.passed = [a for a in sys.argv[2:] if a != "--rss"]
+    settings = Settings(
+        kept_mass=args.kept_mass,
+        max_length=args.max_length,
+        pack=args.pack,
+        max_edges=args.max_edges,
+        device=args.device,
+    )
+    lm = model_of(args)
+    settings = replace(settings, max_length=settings.max_length or lm.max_positions)
+    corpus = check_corpus(args.corpus)
+    if args.ingest_only:
+        ingest(corpus, Store(args.ingest_only), lm, settings, progress=False)
+        return
+    device = resolve_device(args.device)
     print(
-        f"# {args.corpus.name}: {n_sentences:,} sentences; model {lm.name} ({lm.n_layers} x {lm.n_heads} heads);"
-        f" {os.cpu_count()} CPU cores; pack {args.pack}, max length {args.max_length or lm.max_positions}"
+        f"# {args.corpus.name}: {corpus.n_sentences:,} sentences; model {lm.name}"
+        f"{' random init' if lm.random_init else ''}"
+        f" ({lm.n_layers} x {lm.n_heads} heads, hidden {lm.model.config.hidden_size}); device {device}; "
+        f"{os.cpu_count()} CPU cores, {torch.get_num_threads()} torch threads; pack {args.pack}, max length "
+        f"{settings.max_length}; kept mass {args.kept_mass}, max edges {args.max_edges}"
     )
     work = Path(tempfile.mkdtemp(prefix="atlas-bench-"))
     try:
-        forward_s, inputs = forward_pass(lm, args.corpus, settings, keep=True)
-        t0 = time.perf_counter()
-        result = ingest(check_corpus(args.corpus), Store(work / "store"), lm, settings, progress=False)
-        ingest_s = time.perf_counter() - t0
+        reference = not args.no_reference
+        forward_wall, forward_cpu, lengths, inputs = forward_pass(lm, corpus, settings, keep=reference)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = ingest(corpus, Store(work / "store"), lm, settings, progress=False)
+        ingest_wall, ingest_cpu = time.perf_counter() - wall, time.process_time() - cpu
+        again_wall, again_cpu, _, _ = forward_pass(lm, corpus, settings, keep=False)
+        forward_wall, forward_cpu = (forward_wall + again_wall) / 2, (forward_cpu + again_cpu) / 2
         store = Store(work / "store")
         run_dir = store.data / result.run_id
-        dense_bytes = sum(i["attn"].nbytes for i in inputs)
-        n_tokens = sum(i["attn"].shape[-1] for i in inputs)
+        n_weights = lm.n_layers * lm.n_heads * sum(n * n for n in lengths)
+        dense_bytes = 2 * n_weights
         print(
-            f"inputs: {len(inputs):,}; word pieces: {n_tokens:,}; attention weights: "
-            f"{sum(i['attn'].size for i in inputs):,}; edges kept at {args.kept_mass}: {result.n_edges:,}"
+            f"inputs: {len(lengths):,}; word pieces: {sum(lengths):,}; attention weights: {n_weights:,}; "
+            f"edges kept: {result.n_edges:,} ({result.n_edges / n_weights:.1%})"
         )
-        print("\n## time")
-        print(f"forward pass only (attention captured, nothing written): {forward_s:8.1f} s")
-        print(f"full ingest (kept mass {args.kept_mass}):                     {ingest_s:8.1f} s")
-        print(f"ingest / forward:                                        {ingest_s / forward_s:8.2f}")
+        print("\n## time                                        wall s    CPU s")
+        print(f"forward pass only (mean of the runs before and after) {forward_wall:8.1f} {forward_cpu:8.1f}")
+        print(f"full ingest                                           {ingest_wall:8.1f} {ingest_cpu:8.1f}")
+        beyond_wall = (ingest_wall - forward_wall) / n_weights * 1e6
+        beyond_cpu = (ingest_cpu - forward_cpu) / n_weights * 1e6
+        print(f"ingest / forward                                      {ingest_wall / forward_wall:8.2f} "
+              f"{ingest_cpu / forward_cpu:8.2f}")  # fmt: skip
+        print(f"ingest beyond the forward pass, s per million weights {beyond_wall:8.3f} {beyond_cpu:8.3f}")
         print("\n## bytes")
         print(f"Clark et al. dense float16 [L, H, n, n]: {dense_bytes / 1e6:10.1f} MB")
         total = dir_bytes(run_dir)
         for table in sorted(p.name for p in run_dir.iterdir()):
-            print(f"  {table:<12} {dir_bytes(run_dir / table) / 1e6:10.1f} MB")
+            size = dir_bytes(run_dir / table)
+            print(f"  {table:<12} {size / 1e6:10.1f} MB {size / dense_bytes:8.3f}")
         print(f"store (all tables):                      {total / 1e6:10.1f} MB")
         print(f"store / dense float16:                   {total / dense_bytes:10.3f}")
-        print("\n## 'best head per dependency relation'")
-        sql_s, df = time_query(store, result.run_id, args.min_count)
-        t0 = time.perf_counter()
-        ref = numpy_best_heads(inputs, args.min_count)
-        numpy_s = time.perf_counter() - t0
-        sql = {r["relation"]: (r["best_head"], r["direction"], r["accuracy"]) for r in df.iter_rows(named=True)}
+        rss = ""
+        if args.rss:
+            five = work / f"{args.corpus.stem}-x5.conllu"
+            five.write_text(args.corpus.read_text(encoding="utf-8") * 5, encoding="utf-8")
+            one_mb, five_mb = peak_rss(args, args.corpus, work / "rss1"), peak_rss(args, five, work / "rss5")
+            print("\n## peak resident memory of an ingest in a process of its own")
+            print(f"1x the corpus: {one_mb:8.0f} MB; 5x: {five_mb:8.0f} MB; 5x / 1x: {five_mb / one_mb:.3f}")
+            rss = f" {one_mb:.0f} MB | {five_mb:.0f} MB ({five_mb / one_mb:.2f}) |"
+        print(
+            f"\n| input | ingest / forward (wall, CPU) | store / dense float16 | s per M weights beyond forward |"
+            f"{' peak RSS 1x | 5x |' if rss else ''}\n| {args.corpus.name}, pack {args.pack} | "
+            f"{ingest_wall / forward_wall:.2f}, {ingest_cpu / forward_cpu:.2f} | {total / dense_bytes:.3f} | "
+            f"{beyond_wall:.3f} |{rss}"
+        )
+        if reference:
+            print("\n## 'best head per dependency relation'")
+            sql_s, df = time_query(store, result.run_id, args.min_count)
+            t0 = time.perf_counter()
+            ref = numpy_best_heads(inputs, args.min_count)
+            numpy_s = time.perf_counter() - t0
+            sql = {r["relation"]: (r["best_head"], r["direction"], r["accuracy"]) for r in df.iter_rows(named=True)}
 
-        def agrees(r: str, v: tuple) -> bool:
-            return r in sql and sql[r][:2] == v[:2] and abs(sql[r][2] - v[2]) <= 0.01
+            def agrees(r: str, v: tuple) -> bool:
+                return r in sql and sql[r][:2] == v[:2] and abs(sql[r][2] - v[2]) <= 0.01
 
-        same = sum(agrees(r, v) for r, v in ref.items())
-        print(f"SQL over the store (median of 3):        {sql_s:8.2f} s")
-        print(f"numpy loop over dense float16 arrays:    {numpy_s:8.2f} s")
-        print(f"SQL / numpy:                             {sql_s / numpy_s:8.3f}")
-        print(f"relations with >= {args.min_count}: {len(ref)}; same best head, direction and accuracy: {same}")
-        for r, v in ref.items():
-            if not agrees(r, v):
-                print(f"  differs: {r}: SQL {sql.get(r)} vs numpy {v}")
+            same = sum(agrees(r, v) for r, v in ref.items())
+            print(f"SQL over the store (median of 3):        {sql_s:8.2f} s")
+            print(f"numpy loop over dense float16 arrays:    {numpy_s:8.2f} s")
+            print(f"relations with >= {args.min_count}: {len(ref)}; same best head, direction and accuracy: {same}")
+            for r, v in ref.items():
+                if not agrees(r, v):
+                    print(f"  differs: {r}: SQL {sql.get(r)} vs numpy {v}")
         del inputs
         if args.sweep_sentences:
             sweep(lm, args.corpus, args.sweep_sentences, settings, work)
