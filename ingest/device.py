@@ -26,6 +26,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 def exact_dtype(device: torch.device) -> torch.dtype:
-    """The dtype of sums that must not round (entropies, column sums, word-level maps): float64, except on
-    MPS, which has no float64 (float32 there)."""
+    """The dtype of sums that must not round (the column sums of a map): float64, except on MPS, which has no
+    float64 (float32 there)."""
     return torch.float32 if device.type == "mps" else torch.float64

@@ -8,7 +8,9 @@ skips the finished chunks (resume). The run is published by one atomic rename at
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -44,6 +46,7 @@ from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
 PADDING = 1.25  # a forward batch's padded attention weights: at most this many times its examples' own, ...
+WRITER_NICENESS = 10  # the Parquet writer thread's, above the model's (see _yield_to_the_model)
 MIN_BATCH = 8  # ... past this many examples (a batch of one computes some maps a bit differently on 1 or 2 threads)
 
 
@@ -189,6 +192,16 @@ def stage_chunk(
     return counts
 
 
+def _yield_to_the_model() -> None:
+    """Lower the writer thread's priority (Linux: per thread): its Parquet encoding then runs on what the model's
+    threads leave idle (the work per weight runs on one core) instead of preempting them (on 2 cores: the forward
+    pass 30 % slower). Elsewhere a no-op."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WRITER_NICENESS)
+    except (AttributeError, OSError):
+        pass
+
+
 def _stage_chunks(
     corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
 ) -> dict[str, int]:
@@ -197,7 +210,7 @@ def _stage_chunks(
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk
     with (
-        ThreadPoolExecutor(max_workers=1) as writer,
+        ThreadPoolExecutor(max_workers=1, initializer=_yield_to_the_model) as writer,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
     ):
         pending: Future | None = None
