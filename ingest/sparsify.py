@@ -53,7 +53,7 @@ WORD_COLUMNS = {"dst_word": np.int16, "weight": np.float32, "from_word": np.int1
 
 
 @cache
-def row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Layer, head and position of each row of a ``[layers, heads, n]`` grid, flattened (store dtypes)."""
     r = np.arange(n_layers * n_heads * n)
     return (r // (n_heads * n)).astype(np.int8), ((r // n) % n_heads).astype(np.int8), (r % n).astype(np.int16)
@@ -307,13 +307,13 @@ def _to_host(
     bounds = np.concatenate([[0], np.cumsum(counts)])
     out = []
     for b, (n, n_words) in enumerate(zip(batch.lengths, batch.n_words, strict=True)):
-        layer, head, src = row_index(n_layers, n_heads, n)
+        layer, head, src = _row_index(n_layers, n_heads, n)
         rows = {"layer": layer, "head": head, "src_tok": src}
         rows.update({name: t[b, :, :n].reshape(-1) for name, t in stats.items() if name != "masses"})
         masses = stats["masses"][b, :, :n].reshape(-1, len(mass_names))
         rows.update({name: masses[:, i] for i, name in enumerate(mass_names)})
         n_words = n_words if n_words >= 2 else 0
-        layer, head, src = row_index(n_layers, n_heads, n_words)
+        layer, head, src = _row_index(n_layers, n_heads, n_words)
         word = {"layer": layer, "head": head, "src_word": src}
         for name, dtype in WORD_COLUMNS.items():
             word[name] = words[name][b, :, :n_words].reshape(-1) if n_words else np.zeros(0, dtype)
