@@ -46,8 +46,8 @@ from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
 PADDING = 1.25  # a forward batch's padded attention weights: at most this many times its examples' own, ...
-WRITER_NICENESS = 10  # the Parquet writer thread's, above the model's (see _yield_to_the_model)
 MIN_BATCH = 8  # ... past this many examples (a batch of one computes some maps a bit differently on 1 or 2 threads)
+WRITER_NICENESS = 10  # the Parquet writer thread's, above the model's (see _yield_to_the_model)
 
 
 @dataclass(frozen=True)
