@@ -128,6 +128,7 @@ def _process_chunk(
             [_targets(lay) for lay in layouts],
             settings.kept_mass,
             settings.max_edges,
+            lm.decoder,
         )
         del maps
         for ex, lay, (edges, stats, words) in zip(batch, layouts, per_input, strict=True):

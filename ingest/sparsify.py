@@ -132,12 +132,14 @@ def batch_rows(
     targets: Sequence[dict[str, np.ndarray]] | None,
     kept_mass: float | None,
     max_edges: int | None = MAX_EDGES,
+    causal: bool = False,
 ) -> list[tuple[Columns, Columns, Columns]]:
     """(edges, rows, word rows) column arrays of every input of a batch, in input order.
 
     ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``ingest.forward``); ``lengths``: each input's
     number of tokens; ``token_words``: each input's word of each token (None: a special token); ``targets``:
-    per input, a boolean mask over its tokens for each name of ``TARGETS`` (None: no ``to_<target>`` columns).
+    per input, a boolean mask over its tokens for each name of ``TARGETS`` (None: no ``to_<target>`` columns);
+    ``causal``: a decoder's maps, where no edge to a later token is ever stored (not even a dense one of weight 0).
     """
     device = maps[0].device
     n_examples, n_heads, n_max, _ = maps[0].shape
@@ -153,7 +155,7 @@ def batch_rows(
         torch.set_num_threads(1)
     try:
         with torch.inference_mode():
-            done = [_block_rows(maps, batch, start, stop, kept_mass, max_edges) for start, stop in blocks]
+            done = [_block_rows(maps, batch, start, stop, kept_mass, max_edges, causal) for start, stop in blocks]
             stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
             words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
             return _to_host(stats, words, [d[2] for d in done], batch, n_layers, n_heads, n_max)
@@ -168,6 +170,7 @@ def _block_rows(
     stop: int,
     kept_mass: float | None,
     max_edges: int | None,
+    causal: bool,
 ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], tuple]:
     """Rows, word rows and edges of the inputs ``start`` to ``stop`` of the batch."""
     sparse = kept_mass is not None
@@ -178,7 +181,8 @@ def _block_rows(
     argmax = block.max(dim=-1, keepdim=True).indices  # the first of equal maxima
     words = _word_stats(block, batch, start, stop, sparse) if batch.w_max >= 2 else {}
     rows = _row_stats(block, argmax[..., 0], batch, start, stop, sparse)
-    return rows, words, (*_edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges), start, stop)
+    edges = _edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges, causal)
+    return rows, words, (*edges, start, stop)
 
 
 def _row_stats(
@@ -259,15 +263,23 @@ def _sorted(x: torch.Tensor) -> torch.Tensor:
 
 
 def _edges(
-    block: torch.Tensor, argmax: torch.Tensor, valid: torch.Tensor, kept_mass: float | None, max_edges: int | None
+    block: torch.Tensor,
+    argmax: torch.Tensor,
+    valid: torch.Tensor,
+    kept_mass: float | None,
+    max_edges: int | None,
+    causal: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kept edges of ``block`` ``[examples, heads, n, n]`` (``argmax`` ``[examples, heads, n, 1]``), in order
     (example, head, source, destination): their rows (flat positions in ``[examples, heads, n]``), destinations
-    and stored weights."""
+    and stored weights. ``causal``: no edge to a later token (a sparse row never keeps one: its weight is 0)."""
     n = block.shape[-1]
     rows = valid[:, None, :, None]
     if kept_mass is None:
-        flat = (rows & valid[:, None, None, :]).expand(block.shape).reshape(-1).nonzero()[:, 0]
+        pairs = rows & valid[:, None, None, :]
+        if causal:
+            pairs = pairs & torch.ones(n, n, dtype=torch.bool, device=block.device).tril()
+        flat = pairs.expand(block.shape).reshape(-1).nonzero()[:, 0]
         return flat // n, flat % n, block.reshape(-1)[flat]
     # rank key: stored weight in steps, then the argmax, then the earlier position (float32 when it holds them
     # exactly: numpy sorts it fastest; int64 for longer inputs)

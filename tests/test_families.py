@@ -349,8 +349,11 @@ def test_the_ud_sample_is_ingested_and_the_catalogue_answers(built, ud_sample, t
         ).fetchnumpy()
         stored[edges["layer"], edges["head"], edges["src_tok"], edges["dst_tok"]] = edges["weight"]
         assert np.abs(stored - want).max() <= 1e-5  # the eager maps (run alone, not in the ingest batch)
-        if CASES[name].decoder:  # no weight on a future token
-            assert not edges["weight"][edges["dst_tok"] > edges["src_tok"]].any()
+        if CASES[name].decoder:  # no edge to a future token, not even one of weight 0: the lower triangle
+            assert not (edges["dst_tok"] > edges["src_tok"]).any()
+            assert len(edges["weight"]) == want.shape[0] * want.shape[1] * n * (n + 1) // 2
+        else:  # dense: every weight
+            assert len(edges["weight"]) == want.size
         sink.append(want[:, :, :, 0].mean(axis=-1))  # Xiao et al.: attention to the first token, mean over rows
         rows = np.arange(n)
         prev = np.where(rows > 0, want[:, :, rows, np.maximum(rows - 1, 0)], 0).mean(axis=-1)
