@@ -25,6 +25,7 @@ from atlas.cli_options import (
 from atlas.errors import AtlasError
 from atlas.output import emit
 from atlas.tasks.commands import TASK_COMMANDS
+from ingest.run_id import DEVICES
 
 _store = store_at  # the store named by --store or $ATLAS_STORE
 
@@ -130,7 +131,7 @@ def cli() -> None:
 )
 @click.option(
     "--device",
-    type=click.Choice(["auto", "cpu", "cuda", "mps"]),
+    type=click.Choice(DEVICES),
     default="auto",
     show_default=True,
     help="Where the model and the work on its attention run; auto: a CUDA or MPS device when torch sees one.",

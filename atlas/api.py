@@ -389,11 +389,12 @@ def ingest(
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
-    from ingest.run_id import Settings, ingested_run
+    from ingest.run_id import Settings, check_device_name, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
-    _check_engine_options(engine, ray_address, workers, gpus_per_worker)
+    check_device_name(device)
+    _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
     if max_edges is not None and dense:
         raise AtlasError("--max-edges: --dense keeps every weight; give one of --dense and --max-edges")
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
@@ -432,7 +433,7 @@ def ingest(
 
 
 def _check_engine_options(
-    engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None
+    engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None, device: str
 ) -> None:
     if engine not in ("local", "ray"):
         raise AtlasError(f"--engine '{engine}': expected one of local, ray")
@@ -444,6 +445,10 @@ def _check_engine_options(
         raise AtlasError(f"--workers {workers}: expected 1 or more")
     if gpus_per_worker is not None and gpus_per_worker < 0:
         raise AtlasError(f"--gpus-per-worker {gpus_per_worker}: expected 0 or more")
+    if engine == "ray" and device == "cuda" and not gpus_per_worker:
+        raise AtlasError("--device cuda: a Ray worker sees only the GPUs it claims; add --gpus-per-worker 1")
+    if engine == "ray" and device == "cpu" and gpus_per_worker:
+        raise AtlasError(f"--gpus-per-worker {gpus_per_worker}: claims GPUs that --device cpu leaves idle")
 
 
 def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:

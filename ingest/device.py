@@ -9,14 +9,12 @@ from __future__ import annotations
 import torch
 
 from atlas.errors import AtlasError
-
-DEVICES = ("auto", "cpu", "cuda", "mps")
+from ingest.run_id import check_device_name
 
 
 def resolve_device(name: str) -> torch.device:
     """The torch device for ``--device``: ``auto`` takes CUDA, then MPS, when torch sees one, else the CPU."""
-    if name not in DEVICES:
-        raise AtlasError(f"--device '{name}': expected one of {', '.join(DEVICES)}")
+    check_device_name(name)
     cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
     if name == "auto":
         return torch.device("cuda" if cuda else "mps" if mps else "cpu")

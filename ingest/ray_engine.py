@@ -159,7 +159,10 @@ class RayEngine:
         try:
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise AtlasError(f"--ray-address '{self.address}': cannot join Ray ({_first_line(exc)})") from None
+            where = "--engine ray: cannot start Ray"
+            if self.address:
+                where = f"--ray-address '{self.address}': cannot join Ray"
+            raise AtlasError(f"{where} ({_first_line(exc)})") from None
         return True
 
     def _stage(

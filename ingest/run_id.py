@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from atlas.errors import AtlasError
 from atlas.model.identity import DEFAULT_MODEL, model_identity
 from ingest.corpus_info import CorpusInfo, sha256_of
 from ingest.glue_tsv import task_spec
@@ -17,6 +18,7 @@ from ingest.glue_tsv import task_spec
 CHUNK_EXAMPLES = 512  # examples per Parquet part
 MAX_EDGES = 10  # default cap on the edges kept per attention row (sparse setting)
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
+DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,12 @@ class Settings:
     chunk_examples: int = CHUNK_EXAMPLES
     max_edges: int | None = MAX_EDGES  # sparse setting: at most this many edges per attention row (None: no cap)
     device: str = "auto"  # where the model and the work per attention weight run (not part of the run id)
+
+
+def check_device_name(name: str) -> None:
+    """Refuse a ``--device`` that is none of ``DEVICES`` (whether torch sees it is ``ingest.device``'s question)."""
+    if name not in DEVICES:
+        raise AtlasError(f"--device '{name}': expected one of {', '.join(DEVICES)}")
 
 
 class ModelKey(Protocol):

@@ -226,6 +226,10 @@ def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
         ({"engine": "spark"}, "--engine 'spark': expected one of local, ray"),
         ({"engine": "ray", "workers": 0}, "--workers 0: expected 1 or more"),
         ({"engine": "ray", "gpus_per_worker": -1}, "--gpus-per-worker -1: expected 0 or more"),
+        ({"engine": "ray", "device": "cuda"}, "--device cuda: a Ray worker sees only the GPUs it claims"),
+        ({"engine": "ray", "device": "cpu", "gpus_per_worker": 1}, "--gpus-per-worker 1: claims GPUs that"),
+        ({"engine": "ray", "device": "tpu"}, "--device 'tpu': expected one of auto, cpu, cuda, mps"),
+        ({"device": "gpu"}, "--device 'gpu': expected one of auto, cpu, cuda, mps"),
     ]:
         with pytest.raises(AtlasError, match=wanted.replace("(", r"\(")):
             api.ingest(corpus, store=tmp_path / "store", **kwargs)
