@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,14 +80,33 @@ def _run_killed(args: list[str], store: Path, out: Path | None, delay: float | N
     return False
 
 
+def _kill_at_random(args: list[str], store: Path, out: Path | None, delay: float) -> None:
+    """Kill at ``delay`` seconds; on a machine fast enough to finish sooner, put the store (and checkpoint) back as
+    they were and try again at half the delay."""
+    saved = store.with_name(f"{store.name}.saved")
+    shutil.copytree(store, saved / "store")
+    if out is not None and out.exists():
+        shutil.copytree(out, saved / "out")
+    try:
+        while not _run_killed(args, store, out, delay):
+            assert delay > 0.05, "finished before any kill"
+            delay /= 2
+            for now, then in ((store, saved / "store"), (out, saved / "out")):
+                if now is not None:
+                    shutil.rmtree(now, ignore_errors=True)
+                    if then.exists():
+                        shutil.copytree(then, now)
+    finally:
+        shutil.rmtree(saved)
+
+
 def check_kills(args: list[str], store: Path, window: tuple[float, float], out: Path | None = None) -> None:
     """Kill at a random moment of ``window`` (seconds: within the command's run) and when it starts writing."""
     before = (visible(store), checkpoint_state(out))
-    after_kills = []
-    for delay in (random.Random(" ".join(args[:2])).uniform(*window), None):
-        killed = _run_killed(args, store, out, delay)
-        assert killed or delay is None, f"finished within {delay:.1f} s: move the window"
-        after_kills.append((visible(store), checkpoint_state(out)))
+    _kill_at_random(args, store, out, random.Random(" ".join(args[:2])).uniform(*window))
+    after_kills = [(visible(store), checkpoint_state(out))]
+    _run_killed(args, store, out, None)
+    after_kills.append((visible(store), checkpoint_state(out)))
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     complete = (visible(store), checkpoint_state(out))
