@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from atlas.errors import AtlasError
-from atlas.model.load import LoadedModel, attention, load_model
+from atlas.model.forward import attention
+from atlas.model.load import LoadedModel, load_model
 from atlas.store import Store
 
 BATCH = 16  # inputs per forward pass

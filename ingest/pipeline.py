@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 import atlas
 from atlas.errors import AtlasError
+from atlas.model.forward import attention_maps
 from atlas.model.kinds import is_decoder
 from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
@@ -33,7 +34,6 @@ from ingest.conllu import Sentence
 from ingest.corpus import CorpusInfo, read_corpus, sha256_of
 from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from ingest.forward import attention_maps
 from ingest.run_id import (  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
     CHUNK_EXAMPLES,
     STORED_WEIGHTS,

@@ -136,7 +136,7 @@ def batch_rows(
 ) -> list[tuple[Columns, Columns, Columns]]:
     """(edges, rows, word rows) column arrays of every input of a batch, in input order.
 
-    ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``ingest.forward``); ``lengths``: each input's
+    ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``atlas.model.forward``); ``lengths``: each input's
     number of tokens; ``token_words``: each input's word of each token (None: a special token); ``targets``:
     per input, a boolean mask over its tokens for each name of ``TARGETS`` (None: no ``to_<target>`` columns);
     ``causal``: a decoder's maps, where no edge to a later token is ever stored (not even a dense one of weight 0).

@@ -24,9 +24,10 @@ from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
 import atlas
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
-from atlas.model.capture import FAMILIES
+from atlas.model.capture import FAMILIES, recording
+from atlas.model.forward import attention
 from atlas.model.intervene import Intervention, intervening
-from atlas.model.load import LoadedModel, attention, load_model, recording
+from atlas.model.load import LoadedModel, load_model
 
 SIZE = {
     "hidden_size": 32,

@@ -15,8 +15,9 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
+from atlas.model.capture import recording
 from atlas.model.intervene import Intervention, intervening
-from atlas.model.load import default_model_path, recording
+from atlas.model.load import default_model_path
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
 from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_task_model

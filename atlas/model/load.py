@@ -10,13 +10,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError
-from atlas.model.capture import CAPTURE, check_family, prepare, recording
+from atlas.model.capture import CAPTURE, check_family, prepare
 from atlas.model.identity import DEFAULT_MODEL, config_hash, default_model_path, weights_hash
 from atlas.model.kinds import is_decoder
 
@@ -107,31 +106,3 @@ def _max_positions(model: PreTrainedModel) -> int:
     if isinstance(embedding, torch.nn.Embedding) and embedding.padding_idx is not None:
         positions -= embedding.padding_idx + 1
     return positions
-
-
-def attention(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
-    """Run one padded batch; return each input's attention ``[layers, heads, n, n]`` (float32)."""
-    longest = max(len(ids) for ids, _ in inputs)
-    pad = lm.tokenizer.pad_token_id or 0
-    input_ids = torch.full((len(inputs), longest), pad, dtype=torch.long)
-    segments = torch.zeros((len(inputs), longest), dtype=torch.long)
-    mask = torch.zeros((len(inputs), longest), dtype=torch.long)
-    for row, (ids, segs) in enumerate(inputs):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        segments[row, : len(segs)] = torch.tensor(segs)
-        mask[row, : len(ids)] = 1
-    kwargs = {"input_ids": input_ids, "attention_mask": mask}
-    if getattr(lm.model.config, "type_vocab_size", 0) > 1:
-        kwargs["token_type_ids"] = segments
-    with torch.inference_mode(), recording() as maps:
-        lm.model(**kwargs)
-    if len(maps) != lm.n_layers:
-        raise AtlasError(
-            f"--model '{lm.name}': attention captured for {len(maps)} of {lm.n_layers} layers; "
-            "this architecture does not route attention through transformers' AttentionInterface"
-        )
-    stacked = torch.stack(maps, dim=1).float().numpy()  # [batch, layers, heads, q, k]
-    out = [stacked[row, :, :, : len(ids), : len(ids)] for row, (ids, _) in enumerate(inputs)]
-    if lm.decoder and any(np.triu(attn, k=1).any() for attn in out):
-        raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
-    return out

@@ -1,8 +1,10 @@
-"""The ingest's forward pass: one padded batch through the model on its device, the attention of every layer
-kept there as tensors (``ingest.sparsify`` turns them into store rows on the same device)."""
+"""The forward pass that reads attention: one padded batch through the model on its device, the attention of every
+layer kept there as tensors (the ingest turns them into store rows on the same device), or each input's maps as
+arrays on the host."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from atlas.errors import AtlasError
@@ -44,3 +46,11 @@ def attention_maps(
         if any(m.masked_select(future).any() for m in maps):
             raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
     return maps
+
+
+def attention(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
+    """Run one padded batch on the model's device; return each input's attention ``[layers, heads, n, n]``
+    (float32 arrays on the host)."""
+    maps = attention_maps(lm, inputs, lm.model.device)
+    stacked = torch.stack(maps, dim=1).cpu().numpy()  # [batch, layers, heads, q, k]
+    return [stacked[row, :, :, : len(ids), : len(ids)] for row, (ids, _) in enumerate(inputs)]
