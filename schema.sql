@@ -26,7 +26,8 @@ CREATE TABLE runs (
     weight_precision VARCHAR,    -- float32: everything exact (dense); 1/256: edge and word-level weights are
                                  --   multiples of 1/256 (error at most 1/512), the masses attn_rows.to_* multiples
                                  --   of 1/2048 (error at most 1/4096), attn_rows.received at float16 precision
-                                 --   (relative error at most 2**-11)
+                                 --   (relative error at most 2**-11), attn_rows.entropy to 17 significant bits
+                                 --   (relative error at most 2**-17)
     n_sentences INTEGER,
     n_examples INTEGER,          -- inputs run through the model
     n_skipped INTEGER,           -- sentences skipped because they exceed max_length
@@ -153,7 +154,9 @@ CREATE TABLE attn_rows (
     to_cls FLOAT,                -- the input's special tokens of role cls or bos ([CLS], <s>, <|begin_of_text|>);
                                  --   0 in an input without one (GPT-2)
     to_first FLOAT,              -- the input's first token (position 0, whatever it is: [CLS], a BOS or a word
-                                 --   piece; the attention sink of Xiao et al. 2023)
+                                 --   piece; the attention sink of Xiao et al. 2023). In the Parquet files NULL
+                                 --   where position 0 is the input's only cls/bos token (then equal to to_cls,
+                                 --   which the view gives)
     to_sep FLOAT,                -- every special token of role sep or eos ([SEP], </s>); 0 in an input without
                                  --   one (a decoder's)
     to_dot_comma FLOAT,          -- the pieces whose corpus characters are '.' or ',' (spaces aside)

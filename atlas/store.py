@@ -81,15 +81,28 @@ def table_schemas() -> dict[str, pa.Schema]:
     return {name: con.execute(f"SELECT * FROM {name}").to_arrow_table().schema for name in names}
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
-    """Write a Parquet file atomically: a temporary name, fsync, then rename."""
+def write_parquet(
+    table: pa.Table, path: Path, split: list[str] | None = None, statistics: list[str] | None = None
+) -> None:
+    """Write a Parquet file atomically: a temporary name, fsync, then rename.
+
+    Full-precision floats compress best byte-stream split, weights at float16 precision or coarser (at most 65,536
+    distinct values) and everything else with a dictionary: ``split`` names the former (None: every float column
+    whose values are not all float16-exact, found by a pass over them). ``statistics``: the columns given min/max
+    statistics (what DuckDB skips row groups by; None: all)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    # full-precision floats compress best byte-stream split; weights at float16 precision (at most
-    # 65,536 distinct values) and everything else with a dictionary
-    split = [f.name for f in table.schema if pa.types.is_floating(f.type) and not _float16_exact(table[f.name])]
+    if split is None:
+        split = [f.name for f in table.schema if pa.types.is_floating(f.type) and not _float16_exact(table[f.name])]
     dictionary = [name for name in table.schema.names if name not in split]
-    pq.write_table(table, tmp, compression="zstd", use_dictionary=dictionary, use_byte_stream_split=split or False)
+    pq.write_table(
+        table,
+        tmp,
+        compression="zstd",
+        use_dictionary=dictionary,
+        use_byte_stream_split=split or False,
+        write_statistics=True if statistics is None else statistics,
+    )
     with tmp.open("rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)

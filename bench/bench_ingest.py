@@ -14,7 +14,7 @@ Prints:
    process of its own (memory must not grow with the corpus);
 4. unless --no-reference: 'best head per dependency relation' in SQL over the store against a plain numpy loop
    over the dense maps (kept as float16: memory grows with the corpus), and whether both give the same heads;
-5. with --sweep-sentences N: on the first N sentences, for several kept-mass targets, the share of edges
+5. with --sweep-sentences N: on the first N sentences, for several kept-mass targets and caps, the share of edges
    kept, store bytes against dense float16, and the largest error of per-head mean attention to
    [CLS] / [SEP] / punctuation / previous / next token computed from the sparse edges against exact.
 
@@ -55,7 +55,10 @@ from ingest.device import resolve_device  # noqa: E402
 from ingest.examples import Inputs  # noqa: E402
 from ingest.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 
-OFFSETS = (-3, -2, -1, 1, 2)
+# --sweep-sentences: (kept mass, max edges) settings, dense last
+SWEEP = (
+    (0.8, 10), (0.9, 4), (0.9, 5), (0.9, 6), (0.9, 8), (0.9, 10), (0.9, None), (0.95, 10), (0.99, None), (None, None)
+)  # fmt: skip
 
 
 def dir_bytes(path: Path) -> int:
@@ -215,17 +218,16 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
     dense_bytes = sum(i["attn"].nbytes for i in inputs)
     dense_weights = sum(i["attn"].size for i in inputs)
     exact = exact_surface(inputs, lm)
+    print(f"\n## sparsity sweep on the first {n_sentences} sentences ({len(inputs)} inputs)")
     print(
-        f"\n## kept-mass sweep on the first {n_sentences} sentences ({len(inputs)} inputs), max edges {base.max_edges}"
-    )
-    print(
-        f"{'kept mass':>10} {'edges kept':>11} {'store/dense':>12} {'edges/dense':>12} {'ingest s':>9}"
+        f"{'kept mass':>10} {'max edges':>9} {'edges kept':>11} {'store/dense':>12} {'edges/dense':>12} {'ingest s':>9}"
         f" {'max err cls':>12} {'sep':>7} {'punct':>7} {'prev':>7} {'next':>7}"
     )
-    for target in (0.8, 0.9, 0.95, 0.99, None):
-        root = work / f"sweep-{target}"
+    for target, cap in SWEEP:
+        root = work / f"sweep-{target}-{cap}"
         t0 = time.perf_counter()
-        result = ingest(check_corpus(subset), Store(root), lm, replace(base, kept_mass=target), progress=False)
+        settings = replace(base, kept_mass=target, max_edges=cap)
+        result = ingest(check_corpus(subset), Store(root), lm, settings, progress=False)
         seconds = time.perf_counter() - t0
         store = Store(root)
         con = store.connect()
@@ -234,7 +236,7 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
         con.close()
         run_dir = store.data / result.run_id
         print(
-            f"{'dense' if target is None else target:>10} {result.n_edges / dense_weights:>11.1%} "
+            f"{'dense' if target is None else target:>10} {cap or '-':>9} {result.n_edges / dense_weights:>11.1%} "
             f"{dir_bytes(run_dir) / dense_bytes:>12.3f} {dir_bytes(run_dir / 'attn_edges') / dense_bytes:>12.3f} "
             f"{seconds:>9.1f} " + " ".join(f"{e:>7.4f}" for e in err)
         )

@@ -112,7 +112,7 @@ def _process_chunk(
 ) -> ChunkRows:
     """Run the model over one chunk (batched by length) on ``settings.device`` and collect its rows in corpus
     order; the attention maps stay on the device, where ``batch_rows`` turns a whole batch into rows."""
-    rows = ChunkRows(run_id)
+    rows = ChunkRows(run_id, dense=settings.kept_mass is None)
     tok = lm.tokenizer
     device = resolve_device(settings.device)
     lm.model.to(device)
@@ -145,7 +145,7 @@ def _process_chunk(
 
 def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marker: Path) -> None:
     """Write a chunk's tables, then mark it done (the marker is what a resumed ingest trusts)."""
-    write_chunk(staging, chunk, rows.tables())
+    write_chunk(staging, chunk, rows.tables(), rows.dense)
     tmp = marker.with_name(f".{marker.name}.tmp")
     tmp.write_text(json.dumps(counts))
     tmp.replace(marker)

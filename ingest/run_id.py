@@ -18,6 +18,7 @@ from ingest.glue_tsv import task_spec
 CHUNK_EXAMPLES = 512  # examples per Parquet part
 MAX_EDGES = 10  # default cap on the edges kept per attention row (sparse setting)
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
+SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id: a store of other roundings differs)
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
 
 
@@ -59,7 +60,7 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             settings.max_length,
             settings.pack,
             settings.chunk_examples,
-            *([settings.max_edges, STORED_WEIGHTS] if settings.kept_mass is not None else []),
+            *([settings.max_edges, STORED_WEIGHTS, SPARSE_ROWS] if settings.kept_mass is not None else []),
         ],
     )
     return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]

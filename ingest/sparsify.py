@@ -13,7 +13,8 @@ cross to the host.
   tokens (itself, previous, next, the input's first token, the targets: [CLS]/BOS, [SEP]/EOS, '.' and ','),
   and the attention the row's token receives (the column sum of the dense map over every row of the input).
   What a row's edges give is not stored again: its kept mass, number of edges and largest weight (the argmax
-  edge's) are the sum, count and max of its edges.
+  edge's) are the sum, count and max of its edges; nor is the mass to the first token where that token is the
+  input's only [CLS]/BOS (the mass to [CLS]/BOS then; to_first is NULL in the file, the store's view fills it).
 - word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word = mean over
   its pieces, special tokens as units of their own); for every word, the other word it attends to most (never
   itself or a special token) and that weight, and the other word attending to it most (the transposed map:
@@ -23,7 +24,9 @@ Precision. The dense setting stores everything exact (float32). The sparse setti
 point: edge and word-level weights as multiples of 1/256 (``WEIGHT_STEP``, error at most 1/512; a weight below
 1/512 rounds to 0 and is never an edge, except an argmax, stored as 1/256), the row masses ``to_*`` as
 multiples of 1/2048 (``MASS_STEP``, error at most 1/4096, what float16 gives a mass of 0.5 to 1), the received
-attention at float16 precision (relative error at most 2**-11). Argmax and all word-level predictions are exact.
+attention at float16 precision (relative error at most 2**-11), the entropy to 17 significant bits (relative
+error at most 2**-17, below the float32 arithmetic's own on long rows). Argmax and all word-level predictions are
+exact.
 Arithmetic is float32 on every device (measured against float64 on samples of EWT and GUM: entropy within a
 relative 3.4e-7, the word-level predictions all the same, 2.8 M of them), except the received attention,
 summed in float64 (float32 on MPS, which has no float64).
@@ -46,6 +49,7 @@ ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoi
 TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
 WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples of this
 MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
+ENTROPY_ROUND = 2**7  # sparse setting: entropy keeps 23 - 7 of float32's mantissa bits (17 significant bits)
 FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
 BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work (4 MiB of float32)
 MASSES = ("to_self", "to_prev", "to_next", "to_first")  # then to_<target> for each target
@@ -123,6 +127,8 @@ class _Batch:
         for b, t in enumerate(targets or []):
             masks[b, : self.lengths[b]] = np.stack([t[name] for name in self.names], axis=1)
         self.masks = torch.from_numpy(masks).to(device)
+        # inputs whose first token is their only cls/bos token: to_first is to_cls there (stored once)
+        self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
 
 
 def batch_rows(
@@ -217,9 +223,11 @@ def _row_stats(
     if batch.masks.shape[-1]:
         masses.extend((block @ batch.masks[start:stop, None]).unbind(-1))  # [examples, heads, n] per target
     masses = torch.stack(masses, dim=-1)
-    received = received.float()
+    received, entropy = received.float(), entropy.float()
+    if sparse:  # to 17 significant bits (relative error at most 2**-17): the bits below are float32 noise
+        entropy = (entropy.view(torch.int32) + ENTROPY_ROUND // 2).bitwise_and_(-ENTROPY_ROUND).view(torch.float32)
     return {
-        "entropy": entropy.float(),
+        "entropy": entropy,
         "argmax_tok": argmax.short(),
         "masses": _fixed(masses, MASS_STEP) if sparse else masses,
         "received": _half(received) if sparse else received,
@@ -271,36 +279,37 @@ def _edges(
     causal: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The kept edges of ``block`` ``[examples, heads, n, n]`` (``argmax`` ``[examples, heads, n, 1]``), in order
-    (example, head, source, destination): their rows (flat positions in ``[examples, heads, n]``), destinations
-    and stored weights. ``causal``: no edge to a later token (a sparse row never keeps one: its weight is 0)."""
+    (example, head, source, destination): their rows (``[edges, 3]``: example, head, source), destinations and
+    stored weights. ``causal``: no edge to a later token (a sparse row never keeps one: its weight is 0)."""
     n = block.shape[-1]
     rows = valid[:, None, :, None]
     if kept_mass is None:
         pairs = rows & valid[:, None, None, :]
         if causal:
             pairs = pairs & torch.ones(n, n, dtype=torch.bool, device=block.device).tril()
-        flat = pairs.expand(block.shape).reshape(-1).nonzero()[:, 0]
-        return flat // n, flat % n, block.reshape(-1)[flat]
+        where = pairs.expand(block.shape).nonzero()
+        return where[:, :3], where[:, 3], block[pairs.expand(block.shape)]
     # rank key: stored weight in steps, then the argmax, then the earlier position (float32 when it holds them
-    # exactly: numpy sorts it fastest; int64 for longer inputs)
+    # exactly: numpy sorts it fastest; int64 for longer inputs); decoded as an integer, by shifts
     bits = n.bit_length()
     dtype = torch.float32 if bits <= FLOAT_KEY_BITS else torch.int64
     key = torch.round(block / WEIGHT_STEP).to(dtype).mul_(2 ** (bits + 1))
     key.add_(torch.arange(n - 1, -1, -1, device=block.device, dtype=dtype))
     key.scatter_add_(-1, argmax, torch.full(argmax.shape, 2**bits, device=block.device, dtype=dtype))
     k = min(max_edges or n, n)
-    top = _sorted(key)[..., -k:].flip(-1)  # the k largest keys, largest first
-    steps = torch.div(top, 2 ** (bits + 1), rounding_mode="floor")
-    before = steps.cumsum(dim=-1) - steps
+    top = _sorted(key)[..., -k:].flip(-1).to(torch.int32 if dtype == torch.float32 else dtype)  # largest first
+    steps = top >> (bits + 1)
+    before = steps.cumsum(dim=-1, dtype=steps.dtype) - steps
     keep = (before < kept_mass / WEIGHT_STEP) & (steps > 0)  # a prefix of the ranked row
     keep[..., 0] = True  # the argmax, even below one step
-    position = n - 1 - torch.remainder(top, 2**bits)
-    # the kept edges of each row in the order of their destination: (position, steps) as one sortable number
-    dropped = n * 1024  # above every kept edge's number
-    code = _sorted(torch.where(keep & rows, position * 1024 + steps.clamp(min=1), dropped))
-    flat_kept = (code < dropped).reshape(-1).nonzero()[:, 0]
-    code = code.reshape(-1)[flat_kept]
-    return flat_kept // k, torch.div(code, 1024, rounding_mode="floor"), torch.remainder(code, 1024) * WEIGHT_STEP
+    position = (n - 1) - (top & (2**bits - 1))
+    # the kept edges of each row in the order of their destination: (position, steps) as one sortable number,
+    # the dropped ones after them
+    code = torch.where(keep & rows, position * 1024 + steps.clamp(min=1), n * 1024).to(dtype)
+    code = _sorted(code).to(top.dtype)
+    kept = code < n * 1024
+    edges = code[kept]
+    return kept.nonzero()[:, :3], edges >> 10, (edges & 1023) * WEIGHT_STEP
 
 
 def _to_host(
@@ -313,9 +322,9 @@ def _to_host(
     n_max: int,
 ) -> list[tuple[Columns, Columns, Columns]]:
     """Split the batch's columns (``stats``, ``words``: ``[examples, layers * heads, ...]`` arrays; edges: the
-    blocks' flat positions and weights) into each input's columns on the host."""
+    blocks' rows, destinations and weights) into each input's columns on the host."""
     mass_names = [*MASSES, *(f"to_{name}" for name in batch.names)]
-    edges, counts = _edge_columns(edge_parts, len(batch.lengths), n_layers, n_heads, n_max)
+    edges, counts = _edge_columns(edge_parts, len(batch.lengths), n_layers, n_heads)
     bounds = np.concatenate([[0], np.cumsum(counts)])
     out = []
     for b, (n, n_words) in enumerate(zip(batch.lengths, batch.n_words, strict=True)):
@@ -324,6 +333,8 @@ def _to_host(
         rows.update({name: t[b, :, :n].reshape(-1) for name, t in stats.items() if name != "masses"})
         masses = stats["masses"][b, :, :n].reshape(-1, len(mass_names))
         rows.update({name: masses[:, i] for i, name in enumerate(mass_names)})
+        if batch.first_is_cls and batch.first_is_cls[b]:
+            rows["to_first"] = np.ma.masked_all(len(masses), dtype=masses.dtype)  # NULL: the store reads to_cls
         n_words = n_words if n_words >= 2 else 0
         layer, head, src = _row_index(n_layers, n_heads, n_words)
         word = {"layer": layer, "head": head, "src_word": src}
@@ -339,22 +350,27 @@ def _edge_columns(
     n_examples: int,
     n_layers: int,
     n_heads: int,
-    n_max: int,
 ) -> tuple[Columns, np.ndarray]:
-    """The edges of the blocks (rows: flat positions in ``[examples, layers * heads, n]``, destinations and
+    """The edges of the blocks (rows: example in the block, layer * heads + head, source; destinations and
     weights, in that order) as host columns in (example, layer, head, source, destination) order, and each
     example's count of edges."""
     counts = np.zeros(n_examples, dtype=np.int64)
     columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
-    for row, dst, weight, start, stop in parts:
-        counts[start:stop] = torch.bincount(row // (n_layers * n_heads * n_max), minlength=stop - start).cpu()
-        layer_head = row // n_max % (n_layers * n_heads)
-        columns["layer"].append((layer_head // n_heads).to(torch.int8))
-        columns["head"].append((layer_head % n_heads).to(torch.int8))
-        columns["src_tok"].append((row % n_max).to(torch.int16))
+    for rows, dst, weight, start, stop in parts:
+        counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start).cpu()
+        layer_of, head_of = _layer_head(n_layers, n_heads, rows.device)
+        columns["layer"].append(layer_of[rows[:, 1]])
+        columns["head"].append(head_of[rows[:, 1]])
+        columns["src_tok"].append(rows[:, 2].to(torch.int16))
         columns["dst_tok"].append(dst.to(torch.int16))
         columns["weight"].append(weight.float())
     return {name: torch.cat(parts).cpu().numpy() for name, parts in columns.items()}, counts
+
+
+def _layer_head(n_layers: int, n_heads: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The layer and head (int8) of each index ``layer * n_heads + head``."""
+    index = torch.arange(n_layers * n_heads, device=device)
+    return (index // n_heads).to(torch.int8), (index % n_heads).to(torch.int8)
 
 
 def _single(attn: np.ndarray) -> list[torch.Tensor]:

@@ -13,6 +13,8 @@ from ingest.align import is_punct
 from ingest.examples import Example, Layout
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
+ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
+ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
 
 def _mention_type(upos: str | None) -> str:
@@ -22,8 +24,8 @@ def _mention_type(upos: str | None) -> str:
 class ChunkRows:
     """Column lists for every per-example table of one chunk."""
 
-    def __init__(self, run_id: str) -> None:
-        self.run_id = run_id
+    def __init__(self, run_id: str, dense: bool) -> None:
+        self.run_id, self.dense = run_id, dense  # dense: every weight exact (float32), not in fixed point
         self.lists: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
         self.arrays: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
         self.n_tokens = 0
@@ -135,7 +137,7 @@ class ChunkRows:
         for name in EXAMPLE_TABLES:
             if name in self.arrays:
                 parts = self.arrays[name]
-                cols: dict[str, object] = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                cols: dict[str, object] = {k: _concatenate([p[k] for p in parts]) for k in parts[0]}
             else:
                 cols = dict(self.lists[name])
             n = len(next(iter(cols.values()))) if cols else 0
@@ -144,6 +146,21 @@ class ChunkRows:
         return out
 
 
-def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table]) -> None:
+def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
+    """The inputs' arrays of a column as one; masked (NULL) entries stay masked."""
+    if any(isinstance(p, np.ma.MaskedArray) for p in parts):
+        return np.ma.concatenate(parts)
+    return np.concatenate(parts)
+
+
+def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table], dense: bool) -> None:
+    """Write a chunk's tables. The attention tables' encodings are known without a pass over their values: in a
+    sparse run every float but the entropy is fixed point or float16 (a dictionary), in a dense one none is;
+    min/max statistics only on the columns a query filters rows by."""
     for name, table in tables.items():
-        write_parquet(table, run_dir / name / f"part-{chunk:05d}.parquet")
+        split = statistics = None
+        if name in ATTENTION_TABLES:
+            floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+            split = floats if dense else [c for c in floats if c == "entropy"]
+            statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
+        write_parquet(table, run_dir / name / f"part-{chunk:05d}.parquet", split, statistics)

@@ -95,7 +95,7 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     assert done_before == ["00000.json", "00001.json"]
 
     seen = []
-    monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real(d, chunk, t)))
+    monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, *rest: (seen.append(chunk), real(d, chunk, *rest)))
     result = pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
     for name in TABLES:

@@ -162,7 +162,7 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
     done_before = staged_chunks(store, run_id)
     seen: list[int] = []
     real_write = pipeline.write_chunk
-    monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, t: (seen.append(chunk), real_write(d, chunk, t)))
+    monkeypatch.setattr(pipeline, "write_chunk", lambda d, c, *rest: (seen.append(c), real_write(d, c, *rest)))
     result = pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False)
     assert sorted(seen) == [c for c in range(6) if c not in done_before]  # only the unfinished chunks, here
     assert_same_store(store, whole, result.run_id)

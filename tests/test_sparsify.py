@@ -67,14 +67,23 @@ def test_row_statistics_are_exact():
     assert np.abs(rows["entropy"] - entropy(flat, axis=1)).max() < 0.002
     np.testing.assert_array_equal(rows["argmax_tok"], flat.argmax(axis=1))
     assert "max_weight" not in rows  # the argmax edge's weight
+    _, dense = sparsify(attn, None)  # float32 as computed; the sparse setting keeps 17 significant bits of it
+    assert not (rows["entropy"].view(np.int32) % 128).any()
+    assert np.abs(rows["entropy"] / dense["entropy"] - 1).max() <= 2**-17
 
 
-def test_row_masses_in_fixed_point_within_half_a_step():
+@pytest.mark.parametrize("cls", [0, None], ids=["cls-first", "no-cls"])
+def test_row_masses_in_fixed_point_within_half_a_step(cls):
     attn = random_attention(3, n=12)
-    targets = {"cls": np.arange(12) == 0, "sep": np.arange(12) >= 10, "dot_comma": np.arange(12) % 4 == 1}
+    targets = {"cls": np.arange(12) == cls, "sep": np.arange(12) >= 10, "dot_comma": np.arange(12) % 4 == 1}
     _, exact = sparsify(attn, None, targets)
     _, stored = sparsify(attn, 0.9, targets)
     a = attn.astype(np.float64)
+    if cls == 0:  # the first token is the only [CLS]: to_first is to_cls, stored once (NULL in to_first)
+        assert stored["to_first"].mask.all() and exact["to_first"].mask.all()
+        exact["to_first"], stored["to_first"] = exact["to_cls"], stored["to_cls"]
+    else:
+        assert not np.ma.is_masked(stored["to_first"]) and not stored["to_cls"].any()
     expected = {
         "to_self": np.diagonal(a, axis1=2, axis2=3),
         "to_prev": np.pad(np.diagonal(a, -1, axis1=2, axis2=3), ((0, 0), (0, 0), (1, 0))),
