@@ -94,7 +94,7 @@ def cli() -> None:
     "--max-edges",
     type=click.IntRange(min=1),
     default=None,
-    help="Per attention row, keep at most this many weights, beside --kept-mass [10].",
+    help="Per attention row, keep at most this many weights, beside --kept-mass [6].",
 )
 @click.option("--dense", is_flag=True, help="Keep every attention weight (exact; larger store).")
 @click.option(

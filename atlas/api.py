@@ -383,7 +383,7 @@ def ingest(
 ) -> Ingested:
     """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
     with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) and
-    ``max_edges`` (default 10) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
+    ``max_edges`` (default 6) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
     ``sample``/``sample_seed`` for ``format='text'``. A run already in the store is found without loading the
     model; the whole corpus is checked before the model is loaded;
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged

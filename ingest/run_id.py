@@ -16,7 +16,7 @@ from ingest.corpus_info import CorpusInfo, sha256_of
 from ingest.glue_tsv import task_spec
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
-MAX_EDGES = 10  # default cap on the edges kept per attention row (sparse setting)
+MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting)
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
 SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id: a store of other roundings differs)
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
