@@ -7,7 +7,8 @@ Ingests the first N sentences of CORPUS (all with --sentences 0) into fresh stor
 and the default settings, with the single-process engine and with ``--engine ray`` (a local Ray instance, or
 the cluster at --ray-address) in turn, each as ``atlas ingest`` runs it (corpus check, model load, staging,
 publish). Prints the wall times (median of --repeats runs each) and their ratio, the machine's load, Ray's
-own start-up time, and whether both engines wrote the same run with the same rows.
+own start-up time, whether both engines wrote the same run with the same rows, and the driver's own serial
+share (checking, reading, aligning and grouping the corpus), which bounds what N GPU workers can gain.
 """
 
 from __future__ import annotations
@@ -28,17 +29,33 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import ray  # noqa: E402
 import torch  # noqa: E402
 
-import atlas.model.load  # noqa: E402, F401 (transformers imported before either ingest is timed)
 from atlas import api  # noqa: E402
+from atlas.model.load import load_model  # noqa: E402
 from atlas.store import Store, table_schemas  # noqa: E402
 from ingest.conllu import write_first_sentences  # noqa: E402
-from ingest.run_id import CHUNK_EXAMPLES  # noqa: E402
+from ingest.corpus import check_corpus  # noqa: E402
+from ingest.examples import Inputs  # noqa: E402
+from ingest.pipeline import chunks  # noqa: E402
+from ingest.run_id import CHUNK_EXAMPLES, Settings  # noqa: E402
 
 
 def timed_ingest(corpus: Path, store: Path, **engine: object) -> tuple[float, api.Ingested]:
     start = time.perf_counter()
     result = api.ingest(corpus, store=store, progress=False, **engine)
     return time.perf_counter() - start, result
+
+
+def driver_seconds(corpus: Path) -> float:
+    """What the driver does alone, serially, whatever the number of workers: check the whole corpus, then read,
+    align and group it into chunks (the model loaded beforehand, not timed)."""
+    lm = load_model(None)
+    settings = Settings(max_length=lm.max_positions)
+    start = time.perf_counter()
+    checked = check_corpus(corpus)
+    inputs = Inputs.of(lm.tokenizer, lm.decoder, checked.path)
+    for _ in chunks(checked, lm, settings, inputs):
+        pass
+    return time.perf_counter() - start
 
 
 def row_counts(store: Path, run_id: str) -> dict[str, int]:
@@ -106,6 +123,11 @@ def main() -> None:
         print(f"ray / single-process:   {by_ray / single:8.2f}")
         print(f"Ray start-up alone (init + shutdown): {ray_start_s:.1f} s")
         print(f"same run id and rows in every table: {rows['ray'] == rows['single-process']}")
+        driver = driver_seconds(corpus)
+        print(
+            f"driver alone (check, read, align, group; serial): {driver:.1f} s = {driver / single:.1%} of the "
+            f"single-process ingest: N GPU workers speed the rest up at most min(N, chunks) times"
+        )
 
 
 if __name__ == "__main__":
