@@ -7,6 +7,7 @@ skips the finished chunks (resume). The run is published by one atomic rename at
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -140,7 +141,17 @@ def _process_chunk(
             bar.update(1)
             continue
         rows.add(ex, *done.pop(ex.example_id))
+    _release_freed_memory()
     return rows
+
+
+def _release_freed_memory() -> None:
+    """Hand the memory freed by a chunk's tensors back to the system (glibc keeps it otherwise, and with the
+    heap's fragmentation the peak crept up chunk by chunk: 1.25x on 5x the corpus); a no-op without glibc."""
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marker: Path) -> None:
