@@ -29,6 +29,7 @@ from tqdm import tqdm
 from atlas.errors import AtlasError
 from atlas.model.kinds import START_ROLES
 from atlas.model.load import LoadedModel
+from atlas.prerequisites import ROLES_STORED
 from atlas.recompute import StoredInput, dense_maps, stored_inputs
 from atlas.store import Store
 
@@ -116,10 +117,7 @@ def load_sentences(
         if any(d is None for d in deprels):
             raise AtlasError(f"probe: run '{run_id}' has words without a dependency annotation (HEAD/DEPREL)")
         if any(s is not None and r is None for s, r in zip(item.special, item.role, strict=True)):
-            raise AtlasError(
-                f"probe: run '{run_id}' was ingested before special tokens had roles (tokens.role): remove it "
-                f"('atlas rm {run_id}') and ingest it again"
-            )
+            raise AtlasError(f"probe: {ROLES_STORED.message.format(run=run_id)}")
         pair, root = word_maps(attn, item)
         gold = np.array([0 if h is None else h + 1 for h in heads], dtype=np.int64)
         scored = np.array([d.split(":")[0] != "punct" for d in deprels])

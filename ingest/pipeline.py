@@ -27,7 +27,7 @@ from tqdm import tqdm
 import atlas
 from atlas.errors import AtlasError
 from atlas.model.forward import attention_maps
-from atlas.model.kinds import is_decoder
+from atlas.model.kinds import END_ROLES, START_ROLES, is_decoder
 from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
 from ingest.align import AlignedSentence, align
@@ -35,14 +35,8 @@ from ingest.conllu import Sentence
 from ingest.corpus import CorpusInfo, read_corpus, sha256_of
 from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from ingest.run_id import (  # noqa: F401 (CHUNK_EXAMPLES: read from here too)
-    CHUNK_EXAMPLES,
-    STORED_WEIGHTS,
-    Settings,
-    run_id_for,
-)
+from ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
 from ingest.sparsify import batch_rows
-from ingest.template import END_ROLES, START_ROLES
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)

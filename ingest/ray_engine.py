@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from atlas.errors import AtlasError
 from atlas.model.load import LoadedModel, load_model
-from ingest.corpus import CorpusInfo
+from ingest.corpus_info import CorpusInfo
 from ingest.examples import Example, Inputs
 from ingest.pipeline import chunks, done_marker, read_marker, stage_chunk
 from ingest.run_id import Settings
