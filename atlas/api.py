@@ -51,6 +51,15 @@ RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "run
 FORMATS = ("conllu", "glue", "framenet", "text")
 
 
+# store.OLDER_RUNS as Polars expressions, for the scans of Atlas.table
+POLARS_DERIVED = {
+    ("tokens", "role"): pl.coalesce("role", pl.col("special").replace_strict(
+        {"[CLS]": "cls", "[SEP]": "sep"}, default=None, return_dtype=pl.String
+    )),
+    ("attn_rows", "to_first"): pl.coalesce("to_first", "to_cls"),
+}  # fmt: skip
+
+
 class AtlasNote(UserWarning):
     """Said beside an answer that is computed but differs from the paper's setting (the CLI prints it on
     stderr)."""
@@ -278,20 +287,23 @@ class Atlas:
         if name not in schemas:
             raise AtlasError(f"table '{name}': no such table (tables: {', '.join(schemas)})")
         files = sorted(self.store.data.glob(f"*/{name}/*.parquet"))  # the .schema file gives every column
-        return pl.scan_parquet(
+        scan = pl.scan_parquet(
             files,
             schema=pl.from_arrow(schemas[name].empty_table()).schema,
             missing_columns="insert",  # files written before a column was added to schema.sql
             extra_columns="ignore",
             cast_options=pl.ScanCastOptions(categorical_to_string="allow"),  # run ids are dictionary-encoded
         )
+        derived = [expr.alias(column) for (table, column), expr in POLARS_DERIVED.items() if table == name]
+        return scan.with_columns(derived) if derived else scan
 
     def attention(self, *, example: int, layer: int, head: int, run: str | None = None) -> AttentionMap:
         """An input's attention map in one head (``layer`` and ``head`` 1-based, as the catalogue shows them;
         ``example`` is ``examples.example_id``) and its tokens.
 
         The map is built from the run's stored edges: exact on a dense run (``--dense``); on a sparse run each
-        row holds its largest weights up to the run's kept mass (float16) and zeros where edges were dropped.
+        row holds its largest weights up to the run's kept mass and cap (in steps of 1/256) and zeros where edges
+        were dropped.
         """
         run_id = self.run_id(run)
         con = self.connection

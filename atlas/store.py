@@ -60,6 +60,8 @@ SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a 
 # Columns added after runs were written, derived exactly for those runs where their files lack them. Until
 # then every input was laid out as [CLS] a [SEP] (b [SEP]) with those literal strings in tokens.special, so
 # the roles follow from them and position 0 was always [CLS].
+# attn_rows.to_first is also NULL in newer files where position 0 is the input's only cls/bos token (it is
+# to_cls there; see ingest.sparsify). atlas.api's POLARS_DERIVED is the same for Atlas.table's scans of the files.
 OLDER_RUNS = {
     ("tokens", "role"): "coalesce(role, CASE special WHEN '[CLS]' THEN 'cls' WHEN '[SEP]' THEN 'sep' END) AS role",
     ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",

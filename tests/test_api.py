@@ -188,7 +188,12 @@ def test_table_is_a_lazy_scan_of_the_parquet_files(st):
     assert isinstance(edges, pl.LazyFrame)
     assert "parquet" in edges.explain().lower()
     assert edges.select(pl.len()).collect().item() == st.sql("SELECT count(*) FROM attn_edges").item()
-    orders = {"tokens": "example_id, tok_idx", "words": "example_id, word_idx", "examples": "example_id"}
+    orders = {
+        "tokens": "example_id, tok_idx",
+        "words": "example_id, word_idx",
+        "examples": "example_id",
+        "attn_rows": "example_id, layer, head, src_tok",  # to_first: NULL in the files where it is to_cls
+    }
     for name, order in orders.items():
         lazy = st.table(name).collect().sort(order.split(", "))
         assert lazy.columns == table_schemas()[name].names
