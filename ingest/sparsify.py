@@ -46,7 +46,6 @@ from ingest.run_id import MAX_EDGES
 Columns = dict[str, np.ndarray]
 
 ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoid NaNs"
-TARGETS = ("cls", "sep", "dot_comma")  # token kinds whose received attention each row records
 WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples of this
 MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
 ENTROPY_ROUND = 2**7  # sparse setting: entropy keeps 23 - 7 of float32's mantissa bits (17 significant bits)
@@ -144,7 +143,8 @@ def batch_rows(
 
     ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``atlas.model.forward``); ``lengths``: each input's
     number of tokens; ``token_words``: each input's word of each token (None: a special token); ``targets``:
-    per input, a boolean mask over its tokens for each name of ``TARGETS`` (None: no ``to_<target>`` columns);
+    per input, a boolean mask over its tokens for each target token kind, e.g. cls, sep, dot_comma (None: no
+    ``to_<target>`` columns);
     ``causal``: a decoder's maps, where no edge to a later token is ever stored (not even a dense one of weight 0).
     """
     device = maps[0].device
@@ -356,9 +356,9 @@ def _edge_columns(
     example's count of edges."""
     counts = np.zeros(n_examples, dtype=np.int64)
     columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
+    layer_of, head_of = _layer_head(n_layers, n_heads, parts[0][0].device)
     for rows, dst, weight, start, stop in parts:
         counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start).cpu()
-        layer_of, head_of = _layer_head(n_layers, n_heads, rows.device)
         columns["layer"].append(layer_of[rows[:, 1]])
         columns["head"].append(head_of[rows[:, 1]])
         columns["src_tok"].append(rows[:, 2].to(torch.int16))
