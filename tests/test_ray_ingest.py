@@ -170,7 +170,8 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
 
 def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_path, corpus, whole, model, monkeypatch):
     """A single-process ingest stopped after two chunks, then a ray ingest stopped (as by Ctrl-C) once it has
-    finished one more: each leaves its chunks staged and nothing published; a ray ingest then completes it."""
+    finished one more (its worker may have finished the others by then): each leaves its chunks staged and nothing
+    published; a ray ingest then completes it."""
     run_id = whole[1]
     store = Store(tmp_path / "interrupted")
     real_write = pipeline.write_chunk
@@ -196,7 +197,7 @@ def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_pat
     with pytest.raises(KeyboardInterrupt):
         ray_ingest(store, corpus, model, workers=1)
     done = staged_chunks(store, run_id)
-    assert {0, 1} < set(done) and len(done) < 6 and not (store.data / run_id).exists()
+    assert {0, 1} < set(done) and not (store.data / run_id).exists()
     assert store.unfinished_runs() == [run_id]
     monkeypatch.undo()
     assert_same_store(store, whole, ray_ingest(store, corpus, model, workers=1).run_id)

@@ -9,6 +9,7 @@ import torch
 from scipy.stats import entropy
 
 import ingest.sparsify as sparsify_module
+import ingest.tensor_rows as tensor_rows
 from atlas.errors import AtlasError
 from ingest.device import resolve_device
 from ingest.sparsify import MASS_STEP, WEIGHT_STEP, batch_rows, sparsify, word_rows
@@ -177,26 +178,60 @@ def test_a_padded_batch_gives_each_input_its_own_rows(kept_mass):
                 np.testing.assert_allclose(got[name], alone[name], rtol=1e-6, atol=1e-7, err_msg=name)
 
 
-def test_the_cpu_sort_gives_what_torch_sort_gives(monkeypatch):
-    """On a CPU the ranking sorts with numpy; on other devices with torch: the same rows either way."""
-    inputs = [random_attention(20, n=30, scale=1), random_attention(21, n=17)]
-    args = ([30, 17], [[None] * 30, [None] * 17], None, 0.9, 8)
-    with_numpy = batch_rows(padded_batch(inputs), *args)
-    monkeypatch.setattr(sparsify_module, "_sorted", lambda x: torch.sort(x, dim=-1).values)
-    with_torch = batch_rows(padded_batch(inputs), *args)
-    for (edges, rows, _), (edges_t, rows_t, _) in zip(with_numpy, with_torch, strict=True):
-        for name in edges:
-            np.testing.assert_array_equal(edges[name], edges_t[name])
+def causal_attention(seed: int, n: int) -> np.ndarray:
+    """A decoder's rows: no weight to a later token."""
+    rng = np.random.default_rng(seed)
+    p = np.exp(rng.normal(size=(2, 3, n, n)) * 3) * np.tril(np.ones((n, n)))
+    return (p / p.sum(-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    ("kept_mass", "cap", "causal"),
+    [(None, None, False), (None, None, True), (0.9, 4, False), (0.5, None, False), (0.99, 8, True), (0.9, 1, False)],
+)
+def test_the_compiled_pass_gives_the_rows_of_the_tensor_operations(monkeypatch, kept_mass, cap, causal):
+    """On a CPU one compiled pass, on an accelerator tensor operations: the same edges, argmaxes and word rows;
+    entropy, masses and received attention (summed in another order) within float32 rounding: in the sparse setting
+    at most one stored step apart."""
+    lengths = (7, 12, 5, 33, 12, 2)
+    make = causal_attention if causal else random_attention
+    inputs = [make(30 + i, n=n) for i, n in enumerate(lengths)]
+    inputs[2] = np.round(inputs[2] * 8) / 8  # ties
+    token_words = [[None, *range(n - 2), None] for n in lengths]
+    token_words[1] = [None, 0, 0, 1, 2, 2, 2, 3, 4, 5, 6, None]  # split words
+    token_words[4] = [0, 1, 1, None, 2, 3, 3, 3, None, 4, 4, None]
+    targets = [{"cls": np.arange(n) == 0, "sep": np.arange(n) == n - 1, "dot_comma": np.arange(n) % 5 == 2}
+               for n in lengths]  # fmt: skip
+    args = (list(lengths), token_words, targets, kept_mass, cap, causal)
+    compiled = batch_rows(padded_batch(inputs), *args)
+    monkeypatch.setattr(sparsify_module, "batch_arrays", sparsify_module.tensor_arrays)
+    tensors = batch_rows(padded_batch(inputs), *args)
+    sparse = kept_mass is not None
+    for (edges, rows, words), (edges_t, rows_t, words_t) in zip(compiled, tensors, strict=True):
+        for got, want in ((edges, edges_t), (words, words_t)):
+            assert got.keys() == want.keys()
+            for name in got:
+                np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        assert rows.keys() == rows_t.keys()
         for name in rows:
-            np.testing.assert_array_equal(rows[name], rows_t[name])
+            got, want = np.ma.filled(rows[name], -1), np.ma.filled(rows_t[name], -1)
+            if not np.issubdtype(got.dtype, np.floating):
+                np.testing.assert_array_equal(got, want, err_msg=name)
+            elif name == "entropy":
+                np.testing.assert_allclose(got, want, rtol=2**-16 if sparse else 1e-5, err_msg=name)
+            elif name == "received":
+                np.testing.assert_allclose(got, want, rtol=2**-11 if sparse else 1e-6, err_msg=name)
+            else:
+                np.testing.assert_allclose(got, want, rtol=0, atol=MASS_STEP if sparse else 1e-6, err_msg=name)
 
 
 def test_long_inputs_rank_by_integer_keys_alike(monkeypatch):
-    """Inputs longer than float32 keys can hold rank by int64 keys: the same edges."""
+    """With tensor operations, inputs longer than float32 keys can hold rank by int64 keys: the same edges."""
     inputs = [random_attention(22, n=33, scale=2)]
     args = ([33], [[None] * 33], None, 0.9, 6)
+    monkeypatch.setattr(sparsify_module, "batch_arrays", sparsify_module.tensor_arrays)
     as_float = batch_rows(padded_batch(inputs), *args)[0][0]
-    monkeypatch.setattr(sparsify_module, "FLOAT_KEY_BITS", 0)
+    monkeypatch.setattr(tensor_rows, "FLOAT_KEY_BITS", 0)
     as_int = batch_rows(padded_batch(inputs), *args)[0][0]
     for name in as_float:
         np.testing.assert_array_equal(as_float[name], as_int[name])

@@ -1,0 +1,293 @@
+"""Stage 4 on a CPU: the work per attention weight of ``ingest.sparsify`` compiled (numba) into one pass over each
+attention row, in parallel over a batch's inputs and heads.
+
+The tensor operations of ``ingest.tensor_rows`` make a dozen passes over every weight, most of them writing a
+temporary as large as the maps: cheap on an accelerator, on a CPU 40 ns per weight, a fifth to a third of the
+forward pass. Here a row is read a few times while it is in the cache and nothing as large as the maps is
+written (12 to 25 ns per weight on one core). The results are those of the tensor operations (tested against
+them): the same edges, argmaxes and word-level predictions; the word-level map summed in the same order (token
+order, float32), the entropy, masses and received attention in float64. Rounding to the stored precision is
+``ingest.sparsify``'s, after this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numba as nb
+import numpy as np
+import torch
+
+# what ingest.sparsify's batch_rows needs from here: (stats, words, edges, counts) of a batch
+Arrays = dict[str, np.ndarray]
+
+
+@nb.njit(nogil=True, cache=True)
+def _s_log_s(x, n, ones, zero):
+    """The sum of s log s over the smoothed weights s = ones x + zero of ``x[:n]`` (float32; summed in float64)."""
+    total = 0.0
+    for j in range(n):
+        s = x[j] * ones + zero
+        total += s * np.log(s)
+    return total
+
+
+@nb.njit(fastmath={"nnan", "reassoc", "nsz"}, nogil=True, cache=True)
+def _largest(x, n):
+    """The largest of ``x[:n]`` (vectorised; attention weights are never NaN)."""
+    top = x[0]
+    for j in range(1, n):
+        top = max(top, x[j])
+    return top
+
+
+@nb.njit(parallel=True, nogil=True, cache=True)
+def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
+           kept_steps, per_step, causal, smoothing, offsets, entropy, argmax, masses, received, dst_word, weight,
+           from_word, from_weight, edge_dst, edge_w, edge_n):  # fmt: skip
+    """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's row arrays ``[batch, layers * heads, ...]``
+    and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``); a word's
+    pieces are the tokens ``word_start`` to ``word_stop``."""
+    n_batch, n_heads = attn.shape[0], attn.shape[1]
+    n_targets = masses.shape[3] - 4
+    for task in nb.prange(n_batch * n_heads):
+        b, h = task // n_heads, task % n_heads
+        n = lengths[b]
+        r = layer * n_heads + h
+        nw = n_words[b]
+        slots = min(k, n)
+        base = offsets[b] + (r * n) * slots
+        eps_n = smoothing / n
+        ones, zero = np.float32(1 - smoothing), np.float32(eps_n)  # s = ones a + zero, in float32
+        column = np.zeros(n, np.float64)
+        to_words = np.zeros((n, max(nw, 1)), np.float32)  # TO each word: the sum over its pieces, in token order
+        top_steps = np.zeros(slots, np.int64)
+        top_pos = np.zeros(slots, np.int64)
+        target = np.zeros(n_targets, np.float64)
+        for i in range(n):
+            row = attn[b, h, i]
+            largest = _largest(row, n)
+            best = 0
+            while row[best] != largest:  # the first of equal maxima
+                best += 1
+            # entropy: the largest weight's term in float64 (near 1, log of a float32 s is off by up to 6e-8)
+            smoothed = largest * ones + zero
+            terms = _s_log_s(row, n, ones, zero) - smoothed * np.log(smoothed)
+            s = largest * (1 - smoothing) + eps_n
+            terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
+            entropy[b, r, i] = -terms
+            argmax[b, r, i] = best
+            for j in range(n):
+                column[j] += row[j]
+            for w in range(nw if nw >= 2 else 0):
+                total = row[word_start[b, w]]
+                for t in range(word_start[b, w] + 1, word_stop[b, w]):
+                    total += row[t]
+                to_words[i, w] = total
+            target[:] = 0.0
+            for q in range(n_target_tokens[b]):
+                target[target_of[b, q]] += row[target_tok[b, q]]
+            masses[b, r, i, 0] = row[i]
+            masses[b, r, i, 1] = row[i - 1] if i > 0 else 0.0
+            masses[b, r, i, 2] = row[i + 1] if i + 1 < n else 0.0
+            masses[b, r, i, 3] = row[0]
+            for t in range(n_targets):
+                masses[b, r, i, 4 + t] = target[t]
+            slot = base + i * slots
+            if kept_steps < 0:  # dense: every weight (a decoder's up to its own position)
+                m = i + 1 if causal else n
+                for j in range(m):
+                    edge_dst[slot + j] = j
+                    edge_w[slot + j] = row[j]
+                edge_n[b, r, i] = m
+                continue
+            edge_n[b, r, i] = _kept_edges(row, n, best, largest, slots, kept_steps, per_step, top_steps, top_pos,
+                                          edge_dst[slot:], edge_w[slot:])  # fmt: skip
+        for j in range(n):
+            received[b, r, j] = column[j]
+        if nw >= 2:
+            _word_predictions(to_words, word_start[b], word_stop[b], nw, dst_word[b, r], weight[b, r], from_word[b, r],
+                              from_weight[b, r])  # fmt: skip
+
+
+@nb.njit(nogil=True, cache=True)
+def _kept_edges(row, n, best, largest, slots, kept_steps, per_step, top_steps, top_pos, dst, out_w):
+    """A sparse row's edges into ``dst`` and ``out_w`` in the order of their destination; returns their number.
+    Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the ranking is kept,
+    while the mass before an edge is below the target."""
+    count = 0  # candidates, the argmax aside: by steps, then the earlier token
+    floor = 0.5  # a weight at most this many steps is no candidate (0 steps; when full: no better than the last)
+    for j in range(n):
+        x = row[j] * per_step
+        if x < floor:
+            continue
+        st = np.int64(np.rint(x))
+        if st == 0 or (count == slots and st <= top_steps[slots - 1]):
+            continue
+        p = count if count < slots else slots - 1
+        while p > 0 and top_steps[p - 1] < st:
+            top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
+            p -= 1
+        top_steps[p], top_pos[p] = st, j
+        if count < slots:
+            count += 1
+        if count == slots:
+            floor = top_steps[slots - 1] + 0.5
+    # the argmax first (even below one step), then the candidates in their order
+    p = 0
+    while p < count and top_pos[p] != best:
+        p += 1
+    if p == count and count < slots:
+        count += 1
+    p = min(p, slots - 1)
+    while p > 0:
+        top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
+        p -= 1
+    top_steps[0], top_pos[0] = np.int64(np.rint(largest * per_step)), best
+    kept, before = 0, 0
+    while kept < count and (kept == 0 or before < kept_steps):
+        before += top_steps[kept]
+        kept += 1
+    for c in range(1, kept):  # in the order of their destination
+        st, pos = top_steps[c], top_pos[c]
+        p = c
+        while p > 0 and top_pos[p - 1] > pos:
+            top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
+            p -= 1
+        top_steps[p], top_pos[p] = st, pos
+    for c in range(kept):
+        dst[c] = top_pos[c]
+        out_w[c] = max(top_steps[c], 1) / per_step
+    return kept
+
+
+@nb.njit(nogil=True, cache=True)
+def _word_predictions(to_words, start, stop, nw, dst_word, weight, from_word, from_weight):
+    """Clark et al.'s word-level map of one head (FROM a word: the mean over its pieces' rows of ``to_words``,
+    summed in token order) and, for every word, the other word it attends to most and the other word attending
+    to it most (the first of equal weights)."""
+    words = np.zeros((nw, nw), np.float32)
+    col_max = np.full(nw, -np.inf, np.float32)
+    col_best = np.zeros(nw, np.int64)
+    for u in range(nw):
+        row = words[u]
+        row[:] = to_words[start[u]]
+        for t in range(start[u] + 1, stop[u]):
+            for v in range(nw):
+                row[v] += to_words[t, v]
+        scale = np.float32(1.0 / (stop[u] - start[u]))
+        for v in range(nw):
+            row[v] *= scale
+        row[u] = -np.inf  # never the word itself
+        largest = _largest(row, nw)
+        best = 0
+        while row[best] != largest:
+            best += 1
+        dst_word[u], weight[u] = best, largest
+        for v in range(nw):
+            better = row[v] > col_max[v]
+            col_max[v] = row[v] if better else col_max[v]
+            col_best[v] = u if better else col_best[v]
+    for v in range(nw):
+        from_word[v], from_weight[v] = col_best[v], col_max[v]
+
+
+@nb.njit(nogil=True, cache=True)
+def _compact(edge_dst, edge_w, edge_n, lengths, offsets, k, n_layers, n_heads, out_layer, out_head, out_src, out_dst,
+             out_w, counts):  # fmt: skip
+    """The filled edge slots as flat columns in (input, layer, head, source, destination) order."""
+    e = 0
+    for b in range(lengths.shape[0]):
+        n = lengths[b]
+        slots = min(k, n)
+        start = e
+        for r in range(n_layers * n_heads):
+            for i in range(n):
+                slot = offsets[b] + (r * n + i) * slots
+                for c in range(edge_n[b, r, i]):
+                    out_layer[e], out_head[e], out_src[e] = r // n_heads, r % n_heads, i
+                    out_dst[e], out_w[e] = edge_dst[slot + c], edge_w[slot + c]
+                    e += 1
+        counts[b] = e - start
+
+
+def batch_arrays(
+    maps: Sequence[torch.Tensor],
+    lengths: Sequence[int],
+    token_words: Sequence[Sequence[int | None]],
+    masks: np.ndarray,
+    kept_mass: float | None,
+    max_edges: int | None,
+    causal: bool,
+    smoothing: float,
+    weight_step: float,
+) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
+    """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word rows
+    ``[batch, layers * heads, words]``, the edge columns and each input's count of edges, as computed, before any
+    rounding; ``masks`` ``[batch, n, targets]``."""
+    n_batch, n_heads, n_max, _ = maps[0].shape
+    n_layers = len(maps)
+    lh = n_layers * n_heads
+    n = np.asarray(lengths, dtype=np.int64)
+    n_words = np.array([1 + max((w for w in tw if w is not None), default=-1) for tw in token_words], np.int64)
+    w_max = max(int(n_words.max()), 1)
+    word_start, word_stop = np.zeros((n_batch, w_max), dtype=np.int64), np.ones((n_batch, w_max), dtype=np.int64)
+    for b, tw in enumerate(token_words):  # each word's pieces: consecutive tokens
+        ids = np.array([-1 if w is None else w for w in tw], dtype=np.int64)
+        tokens = np.flatnonzero(ids >= 0)
+        if len(tokens):
+            first = np.flatnonzero(np.diff(ids[tokens], prepend=-1))
+            word_start[b, : len(first)] = tokens[first]
+            word_stop[b, : len(first)] = tokens[np.append(first[1:], len(tokens)) - 1] + 1
+            if (
+                not np.array_equal(ids[tokens][first], np.arange(len(first)))
+                or len(tokens) != (word_stop[b, : len(first)] - word_start[b, : len(first)]).sum()
+            ):
+                raise ValueError(f"input {b}: a word's pieces are not consecutive tokens, in word order")
+    k = n_max if kept_mass is None else min(max_edges or n_max, n_max)
+    slots = lh * n * np.minimum(k, n)
+    offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
+    total = int(slots.sum())
+    # float64 sums stored as float32, as ingest.sparsify would round them
+    stats = {
+        "entropy": np.zeros((n_batch, lh, n_max), dtype=np.float32),
+        "argmax_tok": np.zeros((n_batch, lh, n_max), dtype=np.int16),
+        "masses": np.zeros((n_batch, lh, n_max, 4 + masks.shape[2]), dtype=np.float32),
+        "received": np.zeros((n_batch, lh, n_max), dtype=np.float32),
+    }
+    words = {
+        "dst_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
+        "weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
+        "from_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
+        "from_weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
+    }
+    edge_dst = np.empty(total, dtype=np.int16)
+    edge_w = np.empty(total, dtype=np.float32)
+    edge_n = np.zeros((n_batch, lh, n_max), dtype=np.int32)
+    kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
+    nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
+    # each input's target tokens and their targets (a token may count for several)
+    n_target_tokens = masks.sum(axis=(1, 2)).astype(np.int64)
+    target_tok = np.zeros((n_batch, max(1, int(n_target_tokens.max(initial=0)))), dtype=np.int64)
+    target_of = np.zeros_like(target_tok)
+    for b in range(n_batch):
+        tokens, kinds = np.nonzero(masks[b])
+        target_tok[b, : len(tokens)], target_of[b, : len(tokens)] = tokens, kinds
+    for layer, attn in enumerate(maps):
+        _layer(np.ascontiguousarray(attn.numpy()), layer, n, n_words, word_start, word_stop, target_tok,
+               target_of, n_target_tokens, k, kept_steps, 1 / weight_step, causal, smoothing, offsets, stats["entropy"],
+               stats["argmax_tok"], stats["masses"], stats["received"], words["dst_word"], words["weight"],
+               words["from_word"], words["from_weight"], edge_dst, edge_w, edge_n)  # fmt: skip
+    n_edges = int(edge_n.sum())
+    edges = {
+        "layer": np.empty(n_edges, dtype=np.int8),
+        "head": np.empty(n_edges, dtype=np.int8),
+        "src_tok": np.empty(n_edges, dtype=np.int16),
+        "dst_tok": np.empty(n_edges, dtype=np.int16),
+        "weight": np.empty(n_edges, dtype=np.float32),
+    }
+    counts = np.zeros(n_batch, dtype=np.int64)
+    _compact(edge_dst, edge_w, edge_n, n, offsets, k, n_layers, n_heads, edges["layer"], edges["head"],
+             edges["src_tok"], edges["dst_tok"], edges["weight"], counts)  # fmt: skip
+    return stats, words, edges, counts

@@ -1,0 +1,247 @@
+"""Stage 4 on an accelerator: the work per attention weight of ``ingest.sparsify`` as tensor operations over a whole
+batch on the model's device, in blocks of a few inputs with all their layers, the padding masked; only the rows
+that are stored cross to the host. (On a CPU ``ingest.cpu_rows`` does the same work in one compiled pass; the
+tests run both on the same maps.)
+
+Arithmetic is float32, except the received attention, summed in float64 (float32 on MPS, which has no float64);
+the values come as computed, before ``ingest.sparsify`` rounds them to the stored precision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from ingest.device import exact_dtype
+
+Arrays = dict[str, np.ndarray]
+
+FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
+BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work (4 MiB of float32)
+
+
+def _blocks(n_examples: int, per_example: int) -> Iterator[tuple[int, int]]:
+    step = max(1, BLOCK_WEIGHTS // per_example)
+    for start in range(0, n_examples, step):
+        yield start, min(start + step, n_examples)
+
+
+class _Batch:
+    """Per-example facts of a batch as device tensors: lengths, the pieces of each word, target masks."""
+
+    def __init__(
+        self, device: torch.device, n_max: int, lengths: Sequence[int], token_words: Sequence[Sequence[int | None]],
+        masks: np.ndarray,
+    ) -> None:  # fmt: skip
+        self.lengths = list(lengths)
+        n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
+        self.w_max = w_max = max(n_words)
+        self.n = torch.tensor(self.lengths, device=device)
+        self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
+        # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
+        # piece of a word (a "continuation") with its word (padded with the spare unit)
+        first = np.zeros((len(lengths), w_max + 1), dtype=np.int64)
+        pieces = np.zeros((len(lengths), w_max), dtype=np.float64)
+        continuations: list[list[tuple[int, int]]] = []
+        for b, tw in enumerate(token_words):
+            continuations.append([])
+            for t, w in enumerate(tw):
+                if w is None:
+                    continue
+                if pieces[b, w]:
+                    continuations[b].append((t, w))
+                else:
+                    first[b, w] = t
+                pieces[b, w] += 1
+        n_cont = max(map(len, continuations))
+        cont_tok = np.zeros((len(lengths), n_cont), dtype=np.int64)
+        cont_word = np.full((len(lengths), n_cont), w_max, dtype=np.int64)
+        for b, pairs in enumerate(continuations):
+            if pairs:
+                cont_tok[b, : len(pairs)], cont_word[b, : len(pairs)] = zip(*pairs, strict=True)
+        pieces[pieces == 0] = 1  # words past an input's own
+        self.first, self.cont_tok, self.cont_word = (
+            torch.from_numpy(a).to(device) for a in (first, cont_tok, cont_word)
+        )
+        # [batch, words, words]: FROM a word the mean over its pieces; 0 where either word is past the input's own
+        real = np.arange(w_max) < np.array(n_words)[:, None]
+        scale = (real / pieces)[:, :, None] * real[:, None, :]
+        self.word_scale = torch.from_numpy(scale).to(device, torch.float32)
+        self.masks = torch.from_numpy(masks.astype(np.float32)).to(device)
+
+
+def tensor_arrays(
+    maps: Sequence[torch.Tensor],
+    lengths: Sequence[int],
+    token_words: Sequence[Sequence[int | None]],
+    masks: np.ndarray,
+    kept_mass: float | None,
+    max_edges: int | None,
+    causal: bool,
+    smoothing: float,
+    weight_step: float,
+) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
+    """What ``ingest.cpu_rows.batch_arrays`` returns, computed with tensor operations on the maps' device."""
+    device = maps[0].device
+    n_examples, n_heads, n_max, _ = maps[0].shape
+    n_layers = len(maps)
+    with torch.inference_mode():
+        batch = _Batch(device, n_max, lengths, token_words, masks)
+        done = [
+            _block_rows(maps, batch, start, stop, kept_mass, max_edges, causal, smoothing, weight_step)
+            for start, stop in _blocks(n_examples, n_layers * n_heads * n_max * n_max)
+        ]
+        stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
+        words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
+        edges, counts = _edge_columns([d[2] for d in done], n_examples, n_layers, n_heads, weight_step)
+    return stats, words, edges, counts
+
+
+def _block_rows(
+    maps: Sequence[torch.Tensor],
+    batch: _Batch,
+    start: int,
+    stop: int,
+    kept_mass: float | None,
+    max_edges: int | None,
+    causal: bool,
+    smoothing: float,
+    weight_step: float,
+) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], tuple]:
+    """Rows, word rows and edges of the inputs ``start`` to ``stop`` of the batch."""
+    # every layer: [examples, layers * heads, n, n], in the order rows and edges are stored
+    block = torch.stack([attn[start:stop] for attn in maps], dim=1).flatten(1, 2)
+    for i, n in enumerate(batch.lengths[start:stop]):
+        block[i, :, n:] = 0  # padding's rows: nothing to anyone
+    argmax = block.max(dim=-1, keepdim=True).indices  # the first of equal maxima
+    words = _word_stats(block, batch, start, stop) if batch.w_max >= 2 else {}
+    rows = _row_stats(block, argmax[..., 0], batch, start, stop, smoothing)
+    edges = _edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges, causal, weight_step)
+    return rows, words, (*edges, start, stop)
+
+
+def _row_stats(
+    block: torch.Tensor, argmax: torch.Tensor, batch: _Batch, start: int, stop: int, smoothing: float
+) -> dict[str, torch.Tensor]:
+    """Per-row statistics of ``block`` ``[examples, heads, n, n]`` (padding's rows 0): tensors
+    ``[examples, heads, n]``."""
+    received = block.sum(dim=-2, dtype=exact_dtype(block.device))  # column sums over the input's rows
+    n = batch.n[start:stop, None, None].to(block.dtype)
+    eps_n = smoothing / n  # what a weight of 0 becomes, padding's columns too: taken out below
+    smoothed = block.mul(1 - smoothing).add_(eps_n[..., None])
+    padding = (block.shape[-1] - n) * eps_n * eps_n.log()
+    terms = torch.linalg.vecdot(smoothed, smoothed.log())  # sum of s log s
+    # the largest weight's term again: near 1, log s of a float32 s is off by up to 6e-8; log1p of s - 1 is not
+    largest = smoothed.gather(-1, argmax[..., None])[..., 0]
+    near_one = (block.gather(-1, argmax[..., None])[..., 0] - 1) * (1 - smoothing) + eps_n
+    near_one -= smoothing
+    terms += largest * (torch.log1p(near_one) - largest.log())
+    zero = block.new_zeros(block.shape[:-1])
+    masses = [  # self, previous, next, first, then each target
+        block.diagonal(0, -2, -1),
+        torch.cat([zero[..., :1], block.diagonal(-1, -2, -1)], dim=-1),
+        torch.cat([block.diagonal(1, -2, -1), zero[..., :1]], dim=-1),
+        block[..., 0],
+    ]
+    if batch.masks.shape[-1]:
+        masses.extend((block @ batch.masks[start:stop, None]).unbind(-1))  # [examples, heads, n] per target
+    return {
+        "entropy": padding - terms,
+        "argmax_tok": argmax.short(),
+        "masses": torch.stack(masses, dim=-1),
+        "received": received,
+    }
+
+
+def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> dict[str, torch.Tensor]:
+    """Word-level predictions of ``block`` ``[examples, heads, n, n]``: tensors ``[examples, heads, words]``
+    (words past an input's own are filler). Each word's first piece is gathered, its other pieces added to it."""
+    examples, heads, n, _ = block.shape
+    w = batch.w_max
+    first, cont_tok, cont_word = batch.first[start:stop], batch.cont_tok[start:stop], batch.cont_word[start:stop]
+    n_cont = cont_tok.shape[1]
+    # TO a word: the sum over its pieces (columns)
+    to_words = block.gather(-1, first[:, None, None, :].expand(examples, heads, n, w + 1))
+    if n_cont:
+        extra = block.gather(-1, cont_tok[:, None, None, :].expand(examples, heads, n, n_cont))
+        to_words.scatter_add_(-1, cont_word[:, None, None, :].expand(examples, heads, n, n_cont), extra)
+    # FROM a word: the mean over its pieces (rows)
+    words = to_words.gather(-2, first[:, None, :, None].expand(examples, heads, w + 1, w + 1))
+    if n_cont:
+        extra = to_words.gather(-2, cont_tok[:, None, :, None].expand(examples, heads, n_cont, w + 1))
+        words.scatter_add_(-2, cont_word[:, None, :, None].expand(examples, heads, n_cont, w + 1), extra)
+    # words past an input's own are 0 (never above a real word's weight, and after every real word: never chosen)
+    words = words[:, :, :w, :w] * batch.word_scale[start:stop, None]
+    words.diagonal(0, -2, -1).fill_(-torch.inf)  # never the word itself
+    weight, best = words.max(dim=-1)  # the word each word attends to most (the first of equal weights)
+    from_weight, attending = words.max(dim=-2)  # the word attending most to each word
+    return {"dst_word": best.short(), "weight": weight, "from_word": attending.short(), "from_weight": from_weight}
+
+
+def _edges(
+    block: torch.Tensor,
+    argmax: torch.Tensor,
+    valid: torch.Tensor,
+    kept_mass: float | None,
+    max_edges: int | None,
+    causal: bool,
+    weight_step: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kept edges of ``block`` ``[examples, heads, n, n]`` (``argmax`` ``[examples, heads, n, 1]``), in order
+    (example, head, source, destination): their rows (``[edges, 3]``: example, head, source), destinations and
+    stored weights. ``causal``: no edge to a later token (a sparse row never keeps one: its weight is 0)."""
+    n = block.shape[-1]
+    rows = valid[:, None, :, None]
+    if kept_mass is None:
+        pairs = rows & valid[:, None, None, :]
+        if causal:
+            pairs = pairs & torch.ones(n, n, dtype=torch.bool, device=block.device).tril()
+        where = pairs.expand(block.shape).nonzero()
+        return where[:, :3], where[:, 3], block[pairs.expand(block.shape)]
+    # rank key: stored weight in steps, then the argmax, then the earlier position (float32 when it holds them
+    # exactly, sorted fastest; int64 for longer inputs); decoded as an integer, by shifts
+    bits = n.bit_length()
+    dtype = torch.float32 if bits <= FLOAT_KEY_BITS else torch.int64
+    key = torch.round(block / weight_step).to(dtype).mul_(2 ** (bits + 1))
+    key.add_(torch.arange(n - 1, -1, -1, device=block.device, dtype=dtype))
+    key.scatter_add_(-1, argmax, torch.full(argmax.shape, 2**bits, device=block.device, dtype=dtype))
+    k = min(max_edges or n, n)
+    top = torch.sort(key, dim=-1).values[..., -k:].flip(-1).to(torch.int32 if dtype == torch.float32 else dtype)
+    steps = top >> (bits + 1)
+    before = steps.cumsum(dim=-1, dtype=steps.dtype) - steps
+    keep = (before < kept_mass / weight_step) & (steps > 0)  # a prefix of the ranked row
+    keep[..., 0] = True  # the argmax, even below one step
+    position = (n - 1) - (top & (2**bits - 1))
+    # the kept edges of each row in the order of their destination: (position, steps) as one sortable number,
+    # the dropped ones after them
+    code = torch.where(keep & rows, position * 1024 + steps.clamp(min=1), n * 1024).to(dtype)
+    code = torch.sort(code, dim=-1).values.to(top.dtype)
+    kept = code < n * 1024
+    edges = code[kept]
+    return kept.nonzero()[:, :3], edges >> 10, (edges & 1023) * weight_step
+
+
+def _edge_columns(
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, int]],
+    n_examples: int,
+    n_layers: int,
+    n_heads: int,
+    weight_step: float,
+) -> tuple[Arrays, np.ndarray]:
+    """The edges of the blocks (rows: example in the block, layer * heads + head, source; destinations and
+    weights, in that order) as host columns in (example, layer, head, source, destination) order, and each
+    example's count of edges."""
+    counts = np.zeros(n_examples, dtype=np.int64)
+    columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
+    index = torch.arange(n_layers * n_heads, device=parts[0][0].device)
+    layer_of, head_of = (index // n_heads).to(torch.int8), (index % n_heads).to(torch.int8)
+    for rows, dst, weight, start, stop in parts:
+        counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start).cpu()
+        columns["layer"].append(layer_of[rows[:, 1]])
+        columns["head"].append(head_of[rows[:, 1]])
+        columns["src_tok"].append(rows[:, 2].to(torch.int16))
+        columns["dst_tok"].append(dst.to(torch.int16))
+        columns["weight"].append(weight.float())
+    return {name: torch.cat(parts).cpu().numpy() for name, parts in columns.items()}, counts
