@@ -23,13 +23,39 @@ import torch
 Arrays = dict[str, np.ndarray]
 
 
-@nb.njit(nogil=True, cache=True)
-def _s_log_s(x, n, ones, zero):
-    """The sum of s log s over the smoothed weights s = ones x + zero of ``x[:n]`` (float32; summed in float64)."""
+SQRT2 = np.float32(math.sqrt(2))
+# Cephes' logf: log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], relative error about 1e-7
+LOG_POLY = tuple(np.float32(c) for c in (
+    7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
+    2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1,
+))  # fmt: skip
+
+
+@nb.njit(fastmath={"reassoc", "nsz"}, nogil=True, cache=True)
+def _s_log_s(x, ones, zero, s, bits):
+    """The sum (float64) of s log s over the smoothed weights s = ones x + zero of ``x`` (float32, positive), the
+    logarithm from the float's exponent and a polynomial in its mantissa (Cephes' logf, within about 1e-7
+    relative: vectorised, a quarter of the time of the math library's); ``s`` and ``bits``: scratch arrays."""
+    n = x.shape[0]
+    for j in range(n):
+        s[j] = x[j] * ones + zero
+    exponent = s.view(np.int32)
+    for j in range(n):
+        bits[j] = (exponent[j] & 0x7FFFFF) | 0x3F800000  # the mantissa as a float in [1, 2)
+    mantissa = bits.view(np.float32)
     total = 0.0
     for j in range(n):
-        s = x[j] * ones + zero
-        total += s * np.log(s)
+        e = np.float32((exponent[j] >> 23) - 127)
+        m = mantissa[j]
+        big = m > SQRT2
+        f = (m * np.float32(0.5) if big else m) - np.float32(1)
+        e = e + np.float32(1) if big else e
+        z = f * f
+        y = LOG_POLY[0]
+        for c in LOG_POLY[1:]:
+            y = y * f + c
+        y = y * f * z + np.float32(-2.12194440e-4) * e - np.float32(0.5) * z
+        total += s[j] * (f + y + np.float32(0.693359375) * e)
     return total
 
 
@@ -65,15 +91,17 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
         top_steps = np.zeros(slots, np.int64)
         top_pos = np.zeros(slots, np.int64)
         target = np.zeros(n_targets, np.float64)
+        scratch, bits = np.empty(n, np.float32), np.empty(n, np.int32)
         for i in range(n):
             row = attn[b, h, i]
             largest = _largest(row, n)
             best = 0
             while row[best] != largest:  # the first of equal maxima
                 best += 1
-            # entropy: the largest weight's term in float64 (near 1, log of a float32 s is off by up to 6e-8)
-            smoothed = largest * ones + zero
-            terms = _s_log_s(row, n, ones, zero) - smoothed * np.log(smoothed)
+            # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
+            # large error in its small logarithm)
+            terms = _s_log_s(row[:n], ones, zero, scratch, bits)
+            terms -= _s_log_s(row[best : best + 1], ones, zero, scratch, bits)
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
             entropy[b, r, i] = -terms
