@@ -104,7 +104,7 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
             terms -= _s_log_s(row[best : best + 1], ones, zero, scratch, bits)
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
-            entropy[b, r, i] = -terms
+            entropy[b, r, i] = 0.0 - terms  # (never -0.0)
             argmax[b, r, i] = best
             for j in range(n):
                 column[j] += row[j]
