@@ -32,10 +32,11 @@ LOG_POLY = tuple(np.float32(c) for c in (
 
 
 @nb.njit(fastmath={"reassoc", "nsz"}, nogil=True, cache=True)
-def _s_log_s(x, ones, zero, s, bits):
+def _s_log_s(x, ones, zero, s, bits, terms):
     """The sum (float64) of s log s over the smoothed weights s = ones x + zero of ``x`` (float32, positive), the
     logarithm from the float's exponent and a polynomial in its mantissa (Cephes' logf, within about 1e-7
-    relative: vectorised, a quarter of the time of the math library's); ``s`` and ``bits``: scratch arrays."""
+    relative: vectorised, a quarter of the time of the math library's); each term into ``terms``; ``s`` and
+    ``bits``: scratch arrays."""
     n = x.shape[0]
     for j in range(n):
         s[j] = x[j] * ones + zero
@@ -55,7 +56,9 @@ def _s_log_s(x, ones, zero, s, bits):
         for c in LOG_POLY[1:]:
             y = y * f + c
         y = y * f * z + np.float32(-2.12194440e-4) * e - np.float32(0.5) * z
-        total += s[j] * (f + y + np.float32(0.693359375) * e)
+        term = s[j] * (f + y + np.float32(0.693359375) * e)
+        terms[j] = term
+        total += term
     return total
 
 
@@ -91,7 +94,8 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
         top_steps = np.zeros(slots, np.int64)
         top_pos = np.zeros(slots, np.int64)
         target = np.zeros(n_targets, np.float64)
-        scratch, bits = np.empty(n, np.float32), np.empty(n, np.int32)
+        scratch, bits, each = np.empty(n, np.float32), np.empty(n, np.int32), np.empty(n, np.float32)
+        steps = np.empty(n, np.int32)
         for i in range(n):
             row = attn[b, h, i]
             largest = _largest(row, n)
@@ -100,8 +104,7 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                 best += 1
             # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
             # large error in its small logarithm)
-            terms = _s_log_s(row[:n], ones, zero, scratch, bits)
-            terms -= _s_log_s(row[best : best + 1], ones, zero, scratch, bits)
+            terms = _s_log_s(row[:n], ones, zero, scratch, bits, each) - each[best]
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
             entropy[b, r, i] = 0.0 - terms  # (never -0.0)
@@ -130,8 +133,8 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                     edge_w[slot + j] = row[j]
                 edge_n[b, r, i] = m
                 continue
-            edge_n[b, r, i] = _kept_edges(row, n, best, largest, slots, kept_steps, per_step, top_steps, top_pos,
-                                          edge_dst[slot:], edge_w[slot:])  # fmt: skip
+            edge_n[b, r, i] = _kept_edges(row, n, best, slots, kept_steps, per_step, steps, top_steps, top_pos,
+                                          edge_dst, edge_w, slot)  # fmt: skip
         for j in range(n):
             received[b, r, j] = column[j]
         if nw >= 2:
@@ -140,42 +143,27 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
 
 
 @nb.njit(nogil=True, cache=True)
-def _kept_edges(row, n, best, largest, slots, kept_steps, per_step, top_steps, top_pos, dst, out_w):
-    """A sparse row's edges into ``dst`` and ``out_w`` in the order of their destination; returns their number.
-    Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the ranking is kept,
-    while the mass before an edge is below the target."""
-    count = 0  # candidates, the argmax aside: by steps, then the earlier token
-    floor = 0.5  # a weight at most this many steps is no candidate (0 steps; when full: no better than the last)
+def _kept_edges(row, n, best, slots, kept_steps, per_step, steps, top_steps, top_pos, dst, out_w, slot):
+    """A sparse row's edges into ``dst`` and ``out_w`` from ``slot`` on, in the order of their destination; returns
+    their number. Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the
+    ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each next edge
+    is the largest of the row's remaining steps (a vectorised pass): a row keeps a handful."""
     for j in range(n):
-        x = row[j] * per_step
-        if x < floor:
-            continue
-        st = np.int64(np.rint(x))
-        if st == 0 or (count == slots and st <= top_steps[slots - 1]):
-            continue
-        p = count if count < slots else slots - 1
-        while p > 0 and top_steps[p - 1] < st:
-            top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
-            p -= 1
-        top_steps[p], top_pos[p] = st, j
-        if count < slots:
-            count += 1
-        if count == slots:
-            floor = top_steps[slots - 1] + 0.5
-    # the argmax first (even below one step), then the candidates in their order
-    p = 0
-    while p < count and top_pos[p] != best:
-        p += 1
-    if p == count and count < slots:
-        count += 1
-    p = min(p, slots - 1)
-    while p > 0:
-        top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
-        p -= 1
-    top_steps[0], top_pos[0] = np.int64(np.rint(largest * per_step)), best
-    kept, before = 0, 0
-    while kept < count and (kept == 0 or before < kept_steps):
-        before += top_steps[kept]
+        steps[j] = np.int32(np.rint(row[j] * per_step))
+    top_pos[0], top_steps[0] = best, steps[best]  # the argmax, even below one step
+    before = steps[best]
+    steps[best] = -1
+    kept = 1
+    while kept < slots and before < kept_steps:
+        largest = _largest_int(steps, n)
+        if largest <= 0:
+            break
+        p = 0
+        while steps[p] != largest:  # the earlier token of equal steps
+            p += 1
+        top_pos[kept], top_steps[kept] = p, largest
+        before += largest
+        steps[p] = -1
         kept += 1
     for c in range(1, kept):  # in the order of their destination
         st, pos = top_steps[c], top_pos[c]
@@ -185,9 +173,18 @@ def _kept_edges(row, n, best, largest, slots, kept_steps, per_step, top_steps, t
             p -= 1
         top_steps[p], top_pos[p] = st, pos
     for c in range(kept):
-        dst[c] = top_pos[c]
-        out_w[c] = max(top_steps[c], 1) / per_step
+        dst[slot + c] = top_pos[c]
+        out_w[slot + c] = max(top_steps[c], 1) / per_step
     return kept
+
+
+@nb.njit(nogil=True, cache=True)
+def _largest_int(x, n):
+    """The largest of ``x[:n]`` (vectorised)."""
+    top = x[0]
+    for j in range(1, n):
+        top = max(top, x[j])
+    return top
 
 
 @nb.njit(nogil=True, cache=True)
