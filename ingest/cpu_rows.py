@@ -241,6 +241,7 @@ def batch_arrays(
     maps: Sequence[torch.Tensor],
     lengths: Sequence[int],
     token_words: Sequence[Sequence[int | None]],
+    n_words: Sequence[int],
     masks: np.ndarray,
     kept_mass: float | None,
     max_edges: int | None,
@@ -250,12 +251,12 @@ def batch_arrays(
 ) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
     """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word rows
     ``[batch, layers * heads, words]``, the edge columns and each input's count of edges, as computed, before any
-    rounding; ``masks`` ``[batch, n, targets]``."""
+    rounding; ``n_words``: each input's number of words; ``masks`` ``[batch, n, targets]``."""
     n_batch, n_heads, n_max, _ = maps[0].shape
     n_layers = len(maps)
     lh = n_layers * n_heads
     n = np.asarray(lengths, dtype=np.int64)
-    n_words = np.array([1 + max((w for w in tw if w is not None), default=-1) for tw in token_words], np.int64)
+    n_words = np.asarray(n_words, dtype=np.int64)
     w_max = max(int(n_words.max()), 1)
     word_start, word_stop = np.zeros((n_batch, w_max), dtype=np.int64), np.ones((n_batch, w_max), dtype=np.int64)
     for b, tw in enumerate(token_words):  # each word's pieces: consecutive tokens

@@ -88,13 +88,13 @@ def batch_rows(
     for b, t in enumerate(targets or []):
         if names:
             masks[b, : lengths[b]] = np.stack([t[name] for name in names], axis=1)
+    n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
     arrays = batch_arrays if maps[0].device.type == "cpu" else tensor_arrays
     stats, words, edges, counts = arrays(
-        maps, lengths, token_words, masks, kept_mass, max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP
+        maps, lengths, token_words, n_words, masks, kept_mass, max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP
     )
     _round(stats, words, kept_mass is not None)
     first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
-    n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
     mass_names = [*MASSES, *(f"to_{name}" for name in names)]
     return _to_host(stats, words, edges, counts, lengths, n_words, mass_names, first_is_cls, len(maps), n_heads)
 

@@ -33,10 +33,9 @@ class _Batch:
 
     def __init__(
         self, device: torch.device, n_max: int, lengths: Sequence[int], token_words: Sequence[Sequence[int | None]],
-        masks: np.ndarray,
+        n_words: Sequence[int], masks: np.ndarray,
     ) -> None:  # fmt: skip
         self.lengths = list(lengths)
-        n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
         self.w_max = w_max = max(n_words)
         self.n = torch.tensor(self.lengths, device=device)
         self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
@@ -76,6 +75,7 @@ def tensor_arrays(
     maps: Sequence[torch.Tensor],
     lengths: Sequence[int],
     token_words: Sequence[Sequence[int | None]],
+    n_words: Sequence[int],
     masks: np.ndarray,
     kept_mass: float | None,
     max_edges: int | None,
@@ -88,7 +88,7 @@ def tensor_arrays(
     n_examples, n_heads, n_max, _ = maps[0].shape
     n_layers = len(maps)
     with torch.inference_mode():
-        batch = _Batch(device, n_max, lengths, token_words, masks)
+        batch = _Batch(device, n_max, lengths, token_words, n_words, masks)
         done = [
             _block_rows(maps, batch, start, stop, kept_mass, max_edges, causal, smoothing, weight_step)
             for start, stop in _blocks(n_examples, n_layers * n_heads * n_max * n_max)
