@@ -23,6 +23,9 @@ import torch
 Arrays = dict[str, np.ndarray]
 
 
+POSITION_BITS = 22  # a rank key's lower bits: POSITION less the weight's position (see _kept_edges) ...
+POSITION = np.int32(2**POSITION_BITS - 1)
+MAX_TOKENS = 2**POSITION_BITS  # ... in an input shorter than this
 SQRT2 = np.float32(math.sqrt(2))
 # Cephes' logf: log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], relative error about 1e-7
 LOG_POLY = tuple(np.float32(c) for c in (
@@ -62,9 +65,9 @@ def _s_log_s(x, ones, zero, s, bits, terms):
     return total
 
 
-@nb.njit(fastmath={"nnan", "reassoc", "nsz"}, nogil=True, cache=True)
+@nb.njit(fastmath=True, nogil=True, cache=True)
 def _largest(x, n):
-    """The largest of ``x[:n]`` (vectorised; attention weights are never NaN)."""
+    """The largest of ``x[:n]`` (vectorised: attention weights are finite)."""
     top = x[0]
     for j in range(1, n):
         top = max(top, x[j])
@@ -95,7 +98,7 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
         top_pos = np.zeros(slots, np.int64)
         target = np.zeros(n_targets, np.float64)
         scratch, bits, each = np.empty(n, np.float32), np.empty(n, np.int32), np.empty(n, np.float32)
-        steps = np.empty(n, np.int32)
+        keys = np.empty(n, np.int32)
         for i in range(n):
             row = attn[b, h, i]
             largest = _largest(row, n)
@@ -133,7 +136,7 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                     edge_w[slot + j] = row[j]
                 edge_n[b, r, i] = m
                 continue
-            edge_n[b, r, i] = _kept_edges(row, n, best, slots, kept_steps, per_step, steps, top_steps, top_pos,
+            edge_n[b, r, i] = _kept_edges(row, n, best, slots, kept_steps, per_step, keys, top_steps, top_pos,
                                           edge_dst, edge_w, slot)  # fmt: skip
         for j in range(n):
             received[b, r, j] = column[j]
@@ -142,49 +145,45 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                               from_weight[b, r])  # fmt: skip
 
 
+@nb.njit(fastmath=True, nogil=True, cache=True)
+def _largest_below(x, n, bound):
+    """The largest of ``x[:n]`` below ``bound`` (-1 if none; vectorised)."""
+    none = x[0] - x[0] - 1
+    top = none
+    for j in range(n):
+        top = max(top, x[j] if x[j] < bound else none)
+    return top
+
+
 @nb.njit(nogil=True, cache=True)
-def _kept_edges(row, n, best, slots, kept_steps, per_step, steps, top_steps, top_pos, dst, out_w, slot):
+def _kept_edges(row, n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, dst, out_w, slot):
     """A sparse row's edges into ``dst`` and ``out_w`` from ``slot`` on, in the order of their destination; returns
     their number. Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the
-    ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each next edge
-    is the largest of the row's remaining steps (a vectorised pass): a row keeps a handful."""
+    ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each weight's rank
+    is one distinct integer (its steps, then its position reversed: ``keys``), so each next edge is the row's largest
+    key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful."""
     for j in range(n):
-        steps[j] = np.int32(np.rint(row[j] * per_step))
-    top_pos[0], top_steps[0] = best, steps[best]  # the argmax, even below one step
-    before = steps[best]
-    steps[best] = -1
+        keys[j] = (np.int32(np.rint(row[j] * per_step)) << POSITION_BITS) | (POSITION - j)
+    top_pos[0], top_steps[0] = best, keys[best] >> POSITION_BITS  # the argmax, even below one step
+    before = top_steps[0]
+    keys[best] = -1
     kept = 1
+    key = POSITION << POSITION_BITS  # above every key
     while kept < slots and before < kept_steps:
-        largest = _largest_int(steps, n)
-        if largest <= 0:
+        key = _largest_below(keys, n, key)  # keys are distinct: the next of the ranking
+        steps = key >> POSITION_BITS
+        if steps <= 0:
             break
-        p = 0
-        while steps[p] != largest:  # the earlier token of equal steps
-            p += 1
-        top_pos[kept], top_steps[kept] = p, largest
-        before += largest
-        steps[p] = -1
+        top_pos[kept], top_steps[kept] = POSITION - (key & POSITION), steps
+        before += steps
         kept += 1
-    for c in range(1, kept):  # in the order of their destination
-        st, pos = top_steps[c], top_pos[c]
-        p = c
-        while p > 0 and top_pos[p - 1] > pos:
-            top_steps[p], top_pos[p] = top_steps[p - 1], top_pos[p - 1]
-            p -= 1
-        top_steps[p], top_pos[p] = st, pos
-    for c in range(kept):
-        dst[slot + c] = top_pos[c]
-        out_w[slot + c] = max(top_steps[c], 1) / per_step
+    for c in range(kept):  # in the order of their destination: each edge's place is the number of edges before it
+        place = 0
+        for d in range(kept):
+            place += top_pos[d] < top_pos[c]
+        dst[slot + place] = top_pos[c]
+        out_w[slot + place] = max(top_steps[c], 1) / per_step
     return kept
-
-
-@nb.njit(nogil=True, cache=True)
-def _largest_int(x, n):
-    """The largest of ``x[:n]`` (vectorised)."""
-    top = x[0]
-    for j in range(1, n):
-        top = max(top, x[j])
-    return top
 
 
 @nb.njit(nogil=True, cache=True)
@@ -237,29 +236,101 @@ def _compact(edge_dst, edge_w, edge_n, lengths, offsets, k, n_layers, n_heads, o
         counts[b] = e - start
 
 
-def batch_arrays(
-    maps: Sequence[torch.Tensor],
-    lengths: Sequence[int],
-    token_words: Sequence[Sequence[int | None]],
-    n_words: Sequence[int],
-    masks: np.ndarray,
-    kept_mass: float | None,
-    max_edges: int | None,
-    causal: bool,
-    smoothing: float,
-    weight_step: float,
-) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
-    """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word rows
-    ``[batch, layers * heads, words]``, the edge columns and each input's count of edges, as computed, before any
-    rounding; ``n_words``: each input's number of words; ``masks`` ``[batch, n, targets]``."""
-    n_batch, n_heads, n_max, _ = maps[0].shape
-    n_layers = len(maps)
-    lh = n_layers * n_heads
-    n = np.asarray(lengths, dtype=np.int64)
-    n_words = np.asarray(n_words, dtype=np.int64)
-    w_max = max(int(n_words.max()), 1)
-    word_start, word_stop = np.zeros((n_batch, w_max), dtype=np.int64), np.ones((n_batch, w_max), dtype=np.int64)
-    for b, tw in enumerate(token_words):  # each word's pieces: consecutive tokens
+class CpuRows:
+    """A batch's rows computed one layer at a time, as the forward pass hands each layer's maps over (``layer``: while
+    they are still in the cache; on a batch's maps after the whole forward pass the same work takes 1.4 to 1.6 times
+    as long), then collected (``result``)."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        n_max: int,
+        lengths: Sequence[int],
+        token_words: Sequence[Sequence[int | None]],
+        n_words: Sequence[int],
+        masks: np.ndarray,
+        kept_mass: float | None,
+        max_edges: int | None,
+        causal: bool,
+        smoothing: float,
+        weight_step: float,
+    ) -> None:
+        """``n_words``: each input's number of words; ``masks`` ``[batch, n, targets]``."""
+        n_batch = len(lengths)
+        lh = n_layers * n_heads
+        self.n_layers, self.n_heads, self.causal, self.smoothing = n_layers, n_heads, causal, smoothing
+        self.n = n = np.asarray(lengths, dtype=np.int64)
+        self.n_words = n_words = np.asarray(n_words, dtype=np.int64)
+        self.word_start, self.word_stop = _word_spans(token_words, max(int(n_words.max()), 1))
+        self.k = k = n_max if kept_mass is None else min(max_edges or n_max, n_max)
+        slots = lh * n * np.minimum(k, n)
+        self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
+        w_max = self.word_start.shape[1]
+        # float64 sums stored as float32, as ingest.sparsify would round them
+        self.stats = {
+            "entropy": np.zeros((n_batch, lh, n_max), dtype=np.float32),
+            "argmax_tok": np.zeros((n_batch, lh, n_max), dtype=np.int16),
+            "masses": np.zeros((n_batch, lh, n_max, 4 + masks.shape[2]), dtype=np.float32),
+            "received": np.zeros((n_batch, lh, n_max), dtype=np.float32),
+        }
+        self.words = {
+            "dst_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
+            "weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
+            "from_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
+            "from_weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
+        }
+        total = int(slots.sum())
+        self.edge_dst = np.empty(total, dtype=np.int16)
+        self.edge_w = np.empty(total, dtype=np.float32)
+        self.edge_n = np.zeros((n_batch, lh, n_max), dtype=np.int32)
+        self.kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
+        self.per_step = np.float32(1 / weight_step)
+        if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS >= 2**31:
+            raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 511 steps")
+        # each input's target tokens and their targets (a token may count for several)
+        self.n_target_tokens = masks.sum(axis=(1, 2)).astype(np.int64)
+        self.target_tok = np.zeros((n_batch, max(1, int(self.n_target_tokens.max(initial=0)))), dtype=np.int64)
+        self.target_of = np.zeros_like(self.target_tok)
+        for b in range(n_batch):
+            tokens, kinds = np.nonzero(masks[b])
+            self.target_tok[b, : len(tokens)], self.target_of[b, : len(tokens)] = tokens, kinds
+
+    def layer(self, layer: int, attn: torch.Tensor) -> None:
+        """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32, on the CPU) into the batch's rows."""
+        nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
+        stats, words = self.stats, self.words
+        _layer(np.ascontiguousarray(attn.numpy()), layer, self.n, self.n_words, self.word_start, self.word_stop,
+               self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps, self.per_step,
+               self.causal, self.smoothing, self.offsets, stats["entropy"], stats["argmax_tok"], stats["masses"],
+               stats["received"], words["dst_word"], words["weight"], words["from_word"], words["from_weight"],
+               self.edge_dst, self.edge_w, self.edge_n)  # fmt: skip
+
+    def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
+        """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word
+        rows ``[batch, layers * heads, words]``, the edge columns and each input's count of edges, as computed,
+        before any rounding."""
+        n_edges = int(self.edge_n.sum())
+        edges = {
+            "layer": np.empty(n_edges, dtype=np.int8),
+            "head": np.empty(n_edges, dtype=np.int8),
+            "src_tok": np.empty(n_edges, dtype=np.int16),
+            "dst_tok": np.empty(n_edges, dtype=np.int16),
+            "weight": np.empty(n_edges, dtype=np.float32),
+        }
+        counts = np.zeros(len(self.n), dtype=np.int64)
+        _compact(self.edge_dst, self.edge_w, self.edge_n, self.n, self.offsets, self.k, self.n_layers,
+                 self.n_heads, edges["layer"], edges["head"], edges["src_tok"], edges["dst_tok"], edges["weight"],
+                 counts)  # fmt: skip
+        return self.stats, self.words, edges, counts
+
+
+def _word_spans(token_words: Sequence[Sequence[int | None]], w_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each input's first and past-the-last token of each word ``[batch, w_max]`` (words past an input's own: 0, 1);
+    a word's pieces must be consecutive tokens, words in order."""
+    word_start = np.zeros((len(token_words), w_max), dtype=np.int64)
+    word_stop = np.ones((len(token_words), w_max), dtype=np.int64)
+    for b, tw in enumerate(token_words):
         ids = np.array([-1 if w is None else w for w in tw], dtype=np.int64)
         tokens = np.flatnonzero(ids >= 0)
         if len(tokens):
@@ -271,49 +342,4 @@ def batch_arrays(
                 or len(tokens) != (word_stop[b, : len(first)] - word_start[b, : len(first)]).sum()
             ):
                 raise ValueError(f"input {b}: a word's pieces are not consecutive tokens, in word order")
-    k = n_max if kept_mass is None else min(max_edges or n_max, n_max)
-    slots = lh * n * np.minimum(k, n)
-    offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
-    total = int(slots.sum())
-    # float64 sums stored as float32, as ingest.sparsify would round them
-    stats = {
-        "entropy": np.zeros((n_batch, lh, n_max), dtype=np.float32),
-        "argmax_tok": np.zeros((n_batch, lh, n_max), dtype=np.int16),
-        "masses": np.zeros((n_batch, lh, n_max, 4 + masks.shape[2]), dtype=np.float32),
-        "received": np.zeros((n_batch, lh, n_max), dtype=np.float32),
-    }
-    words = {
-        "dst_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
-        "weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
-        "from_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
-        "from_weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
-    }
-    edge_dst = np.empty(total, dtype=np.int16)
-    edge_w = np.empty(total, dtype=np.float32)
-    edge_n = np.zeros((n_batch, lh, n_max), dtype=np.int32)
-    kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
-    nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
-    # each input's target tokens and their targets (a token may count for several)
-    n_target_tokens = masks.sum(axis=(1, 2)).astype(np.int64)
-    target_tok = np.zeros((n_batch, max(1, int(n_target_tokens.max(initial=0)))), dtype=np.int64)
-    target_of = np.zeros_like(target_tok)
-    for b in range(n_batch):
-        tokens, kinds = np.nonzero(masks[b])
-        target_tok[b, : len(tokens)], target_of[b, : len(tokens)] = tokens, kinds
-    for layer, attn in enumerate(maps):
-        _layer(np.ascontiguousarray(attn.numpy()), layer, n, n_words, word_start, word_stop, target_tok,
-               target_of, n_target_tokens, k, kept_steps, 1 / weight_step, causal, smoothing, offsets, stats["entropy"],
-               stats["argmax_tok"], stats["masses"], stats["received"], words["dst_word"], words["weight"],
-               words["from_word"], words["from_weight"], edge_dst, edge_w, edge_n)  # fmt: skip
-    n_edges = int(edge_n.sum())
-    edges = {
-        "layer": np.empty(n_edges, dtype=np.int8),
-        "head": np.empty(n_edges, dtype=np.int8),
-        "src_tok": np.empty(n_edges, dtype=np.int16),
-        "dst_tok": np.empty(n_edges, dtype=np.int16),
-        "weight": np.empty(n_edges, dtype=np.float32),
-    }
-    counts = np.zeros(n_batch, dtype=np.int64)
-    _compact(edge_dst, edge_w, edge_n, n, offsets, k, n_layers, n_heads, edges["layer"], edges["head"],
-             edges["src_tok"], edges["dst_tok"], edges["weight"], counts)  # fmt: skip
-    return stats, words, edges, counts
+    return word_start, word_stop

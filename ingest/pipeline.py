@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 import atlas
 from atlas.errors import AtlasError
-from atlas.model.forward import attention_maps
+from atlas.model.forward import stream_attention
 from atlas.model.kinds import END_ROLES, START_ROLES, is_decoder
 from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
@@ -36,7 +36,7 @@ from ingest.corpus import CorpusInfo, read_corpus, sha256_of
 from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
-from ingest.sparsify import batch_rows
+from ingest.sparsify import BatchRows
 from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
 
 # oneDNN (torch's CPU kernels) keeps the code it compiles for each shape of a forward batch, 1,024 shapes by
@@ -111,7 +111,8 @@ def _process_chunk(
     lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, bar: _Running
 ) -> ChunkRows:
     """Run the model over one chunk (batched by length) on ``settings.device`` and collect its rows in corpus
-    order; the attention maps stay on the device, where ``batch_rows`` turns a whole batch into rows."""
+    order; the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
+    pass computes them."""
     rows = ChunkRows(run_id, dense=settings.kept_mass is None)
     tok = lm.tokenizer
     device = resolve_device(settings.device)
@@ -120,9 +121,10 @@ def _process_chunk(
     done: dict[int, tuple] = {}
     for batch in _batches([e for e in examples if not e.skipped], n_attn):
         layouts = [inputs.layout(e) for e in batch]
-        maps = attention_maps(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device)
-        per_input = batch_rows(
-            maps,
+        rows_of = BatchRows(
+            device,
+            lm.n_layers,
+            lm.n_heads,
             [len(lay.input_ids) for lay in layouts],
             [lay.token_word for lay in layouts],
             [_targets(lay) for lay in layouts],
@@ -130,7 +132,8 @@ def _process_chunk(
             settings.max_edges,
             lm.decoder,
         )
-        del maps
+        stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device, rows_of.layer)
+        per_input = rows_of.rows()
         for ex, lay, (edges, stats, words) in zip(batch, layouts, per_input, strict=True):
             done[ex.example_id] = (lay, tok.convert_ids_to_tokens(lay.input_ids), edges, stats, words)
         bar.update(sum(len(e.sentences) for e in batch))

@@ -40,9 +40,9 @@ from functools import cache
 import numpy as np
 import torch
 
-from ingest.cpu_rows import batch_arrays
+from ingest.cpu_rows import CpuRows
 from ingest.run_id import MAX_EDGES
-from ingest.tensor_rows import tensor_arrays
+from ingest.tensor_rows import TensorRows
 
 Columns = dict[str, np.ndarray]
 
@@ -65,6 +65,53 @@ def _fixed(x: np.ndarray, step: float) -> np.ndarray:
     return np.round(x / step) * step
 
 
+class BatchRows:
+    """A forward batch's store rows, fed one layer's maps at a time as the forward pass computes them (``layer``),
+    collected per input once every layer is in (``rows``).
+
+    ``lengths``: each input's number of tokens; ``token_words``: each input's word of each token (None: a special
+    token); ``targets``: per input, a boolean mask over its tokens for each target token kind, e.g. cls, sep,
+    dot_comma (None: no ``to_<target>`` columns); ``causal``: a decoder's maps, where no edge to a later token is ever
+    stored (not even a dense one of weight 0)."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        n_layers: int,
+        n_heads: int,
+        lengths: Sequence[int],
+        token_words: Sequence[Sequence[int | None]],
+        targets: Sequence[dict[str, np.ndarray]] | None,
+        kept_mass: float | None,
+        max_edges: int | None = MAX_EDGES,
+        causal: bool = False,
+    ) -> None:
+        n_max = max(lengths)
+        self.names = list(targets[0]) if targets else []
+        masks = np.zeros((len(lengths), n_max, len(self.names)), dtype=np.bool_)
+        for b, t in enumerate(targets or []):
+            if self.names:
+                masks[b, : lengths[b]] = np.stack([t[name] for name in self.names], axis=1)
+        self.n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
+        self.lengths, self.sparse, self.n_layers, self.n_heads = lengths, kept_mass is not None, n_layers, n_heads
+        self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
+        rows = CpuRows if device.type == "cpu" else TensorRows
+        self.arrays = rows(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass, max_edges,
+                           causal, ENTROPY_SMOOTHING, WEIGHT_STEP)  # fmt: skip
+
+    def layer(self, layer: int, attn: torch.Tensor) -> None:
+        """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""
+        self.arrays.layer(layer, attn)
+
+    def rows(self) -> list[tuple[Columns, Columns, Columns]]:
+        """(edges, rows, word rows) column arrays of every input, in input order."""
+        stats, words, edges, counts = self.arrays.result()
+        _round(stats, words, self.sparse)
+        mass_names = [*MASSES, *(f"to_{name}" for name in self.names)]
+        return _to_host(stats, words, edges, counts, self.lengths, self.n_words, mass_names, self.first_is_cls,
+                        self.n_layers, self.n_heads)  # fmt: skip
+
+
 def batch_rows(
     maps: Sequence[torch.Tensor],
     lengths: Sequence[int],
@@ -74,29 +121,12 @@ def batch_rows(
     max_edges: int | None = MAX_EDGES,
     causal: bool = False,
 ) -> list[tuple[Columns, Columns, Columns]]:
-    """(edges, rows, word rows) column arrays of every input of a batch, in input order.
-
-    ``maps``: one tensor ``[batch, heads, n, n]`` per layer (see ``atlas.model.forward``); ``lengths``: each input's
-    number of tokens; ``token_words``: each input's word of each token (None: a special token); ``targets``:
-    per input, a boolean mask over its tokens for each target token kind, e.g. cls, sep, dot_comma (None: no
-    ``to_<target>`` columns);
-    ``causal``: a decoder's maps, where no edge to a later token is ever stored (not even a dense one of weight 0).
-    """
-    n_examples, n_heads, n_max, _ = maps[0].shape
-    names = list(targets[0]) if targets else []
-    masks = np.zeros((n_examples, n_max, len(names)), dtype=np.bool_)
-    for b, t in enumerate(targets or []):
-        if names:
-            masks[b, : lengths[b]] = np.stack([t[name] for name in names], axis=1)
-    n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
-    arrays = batch_arrays if maps[0].device.type == "cpu" else tensor_arrays
-    stats, words, edges, counts = arrays(
-        maps, lengths, token_words, n_words, masks, kept_mass, max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP
-    )
-    _round(stats, words, kept_mass is not None)
-    first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
-    mass_names = [*MASSES, *(f"to_{name}" for name in names)]
-    return _to_host(stats, words, edges, counts, lengths, n_words, mass_names, first_is_cls, len(maps), n_heads)
+    """``BatchRows`` of a batch whose maps (one tensor ``[batch, heads, n, n]`` per layer) are all at hand."""
+    batch = BatchRows(maps[0].device, len(maps), maps[0].shape[1], lengths, token_words, targets, kept_mass,
+                      max_edges, causal)  # fmt: skip
+    for layer, attn in enumerate(maps):
+        batch.layer(layer, attn)
+    return batch.rows()
 
 
 def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: bool) -> None:

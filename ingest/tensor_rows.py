@@ -71,32 +71,53 @@ class _Batch:
         self.masks = torch.from_numpy(masks.astype(np.float32)).to(device)
 
 
-def tensor_arrays(
-    maps: Sequence[torch.Tensor],
-    lengths: Sequence[int],
-    token_words: Sequence[Sequence[int | None]],
-    n_words: Sequence[int],
-    masks: np.ndarray,
-    kept_mass: float | None,
-    max_edges: int | None,
-    causal: bool,
-    smoothing: float,
-    weight_step: float,
-) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
-    """What ``ingest.cpu_rows.batch_arrays`` returns, computed with tensor operations on the maps' device."""
-    device = maps[0].device
-    n_examples, n_heads, n_max, _ = maps[0].shape
-    n_layers = len(maps)
-    with torch.inference_mode():
-        batch = _Batch(device, n_max, lengths, token_words, n_words, masks)
-        done = [
-            _block_rows(maps, batch, start, stop, kept_mass, max_edges, causal, smoothing, weight_step)
-            for start, stop in _blocks(n_examples, n_layers * n_heads * n_max * n_max)
-        ]
-        stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
-        words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
-        edges, counts = _edge_columns([d[2] for d in done], n_examples, n_layers, n_heads, weight_step)
-    return stats, words, edges, counts
+class TensorRows:
+    """What ``ingest.cpu_rows.CpuRows`` computes, with tensor operations on the maps' device: ``layer`` keeps each
+    layer's maps there (tensor operations over the whole batch need all of them), ``result`` computes the rows."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_heads: int,
+        n_max: int,
+        lengths: Sequence[int],
+        token_words: Sequence[Sequence[int | None]],
+        n_words: Sequence[int],
+        masks: np.ndarray,
+        kept_mass: float | None,
+        max_edges: int | None,
+        causal: bool,
+        smoothing: float,
+        weight_step: float,
+    ) -> None:
+        self.n_layers, self.n_heads, self.n_max = n_layers, n_heads, n_max
+        self.lengths, self.token_words, self.n_words, self.masks = lengths, token_words, n_words, masks
+        self.kept_mass, self.max_edges, self.causal = kept_mass, max_edges, causal
+        self.smoothing, self.weight_step = smoothing, weight_step
+        self.maps: list[torch.Tensor] = []
+
+    def layer(self, layer: int, attn: torch.Tensor) -> None:
+        assert layer == len(self.maps), "layers come in order"
+        self.maps.append(attn)
+
+    def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
+        maps = self.maps
+        assert len(maps) == self.n_layers, "every layer's maps"
+        device = maps[0].device
+        n_examples = len(self.lengths)
+        with torch.inference_mode():
+            batch = _Batch(device, self.n_max, self.lengths, self.token_words, self.n_words, self.masks)
+            rule = (self.kept_mass, self.max_edges, self.causal, self.smoothing, self.weight_step)
+            done = [
+                _block_rows(maps, batch, start, stop, *rule)
+                for start, stop in _blocks(n_examples, self.n_layers * self.n_heads * self.n_max * self.n_max)
+            ]
+            self.maps = []
+            stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
+            words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
+            edges, counts = _edge_columns([d[2] for d in done], n_examples, self.n_layers, self.n_heads,
+                                          self.weight_step)  # fmt: skip
+        return stats, words, edges, counts
 
 
 def _block_rows(

@@ -205,7 +205,7 @@ def test_the_compiled_pass_gives_the_rows_of_the_tensor_operations(monkeypatch, 
                for n in lengths]  # fmt: skip
     args = (list(lengths), token_words, targets, kept_mass, cap, causal)
     compiled = batch_rows(padded_batch(inputs), *args)
-    monkeypatch.setattr(sparsify_module, "batch_arrays", sparsify_module.tensor_arrays)
+    monkeypatch.setattr(sparsify_module, "CpuRows", sparsify_module.TensorRows)
     tensors = batch_rows(padded_batch(inputs), *args)
     sparse = kept_mass is not None
     for (edges, rows, words), (edges_t, rows_t, words_t) in zip(compiled, tensors, strict=True):
@@ -230,7 +230,7 @@ def test_long_inputs_rank_by_integer_keys_alike(monkeypatch):
     """With tensor operations, inputs longer than float32 keys can hold rank by int64 keys: the same edges."""
     inputs = [random_attention(22, n=33, scale=2)]
     args = ([33], [[None] * 33], None, 0.9, 6)
-    monkeypatch.setattr(sparsify_module, "batch_arrays", sparsify_module.tensor_arrays)
+    monkeypatch.setattr(sparsify_module, "CpuRows", sparsify_module.TensorRows)
     as_float = batch_rows(padded_batch(inputs), *args)[0][0]
     monkeypatch.setattr(tensor_rows, "FLOAT_KEY_BITS", 0)
     as_int = batch_rows(padded_batch(inputs), *args)[0][0]

@@ -8,7 +8,7 @@ the probabilities the model computed are read (and intervened on) where they pas
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -26,7 +26,7 @@ FAMILIES = (
     "bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "deberta-v2", "modernbert",
     "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
 )  # fmt: skip
-_recorded: list[torch.Tensor] | None = None
+_sink: Callable[[torch.Tensor], None] | None = None  # while recording: where each layer's probabilities go
 
 
 def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
@@ -56,8 +56,8 @@ def _scores(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, sca
 def _settle(module: torch.nn.Module, probs: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The probabilities after any intervention, recorded while ``recording()`` is active."""
     probs = intervene.apply(module, probs, attention_mask)
-    if _recorded is not None:
-        _recorded.append(probs.detach())
+    if _sink is not None:
+        _sink(probs.detach())
     return probs
 
 
@@ -145,10 +145,13 @@ def prepare(model: torch.nn.Module) -> None:
 
 
 @contextmanager
-def recording() -> Iterator[list[torch.Tensor]]:
-    global _recorded
-    _recorded = []
+def recording(sink: Callable[[torch.Tensor], None] | None = None) -> Iterator[list[torch.Tensor]]:
+    """Record the attention probabilities of every layer the model runs while active, in layer order: into the list
+    yielded, or handed to ``sink`` as each layer computes them (while they are in the cache; the list stays empty)."""
+    global _sink
+    recorded: list[torch.Tensor] = []
+    _sink = sink or recorded.append
     try:
-        yield _recorded
+        yield recorded
     finally:
-        _recorded = None
+        _sink = None

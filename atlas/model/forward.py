@@ -4,6 +4,8 @@ arrays on the host."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -12,14 +14,17 @@ from atlas.model.capture import recording
 from atlas.model.load import LoadedModel
 
 
-def attention_maps(
-    lm: LoadedModel, inputs: list[tuple[list[int], list[int]]], device: torch.device
-) -> list[torch.Tensor]:
-    """Run one padded batch of ``(input ids, token type ids)`` through ``lm`` (its model already on ``device``).
-
-    Returns one float32 tensor ``[batch, heads, longest, longest]`` per layer, on ``device``. Positions past
-    an input's length are padding: its rows there are not its attention, its columns there hold exactly 0.
-    """
+def stream_attention(
+    lm: LoadedModel,
+    inputs: list[tuple[list[int], list[int]]],
+    device: torch.device,
+    each_layer: Callable[[int, torch.Tensor], None],
+) -> None:
+    """Run one padded batch of ``(input ids, token type ids)`` through ``lm`` (its model already on ``device``) and
+    hand each layer's attention to ``each_layer(layer, maps)`` as the model computes it, in layer order: a float32
+    tensor ``[batch, heads, longest, longest]`` on ``device`` (read it there and then: the model may reuse it).
+    Positions past an input's length are padding: its rows there are not its attention, its columns there hold
+    exactly 0."""
     longest = max(len(ids) for ids, _ in inputs)
     pad = lm.tokenizer.pad_token_id or 0
     input_ids = torch.full((len(inputs), longest), pad, dtype=torch.long)
@@ -32,19 +37,36 @@ def attention_maps(
     kwargs = {"input_ids": input_ids.to(device), "attention_mask": mask.to(device)}
     if getattr(lm.model.config, "type_vocab_size", 0) > 1:
         kwargs["token_type_ids"] = types.to(device)
-    with torch.inference_mode(), recording() as maps:
-        lm.model(**kwargs)
-    if len(maps) != lm.n_layers:
-        raise AtlasError(
-            f"--model '{lm.name}': attention captured for {len(maps)} of {lm.n_layers} layers; "
-            "this architecture does not route attention through transformers' AttentionInterface"
-        )
-    maps = [m.float() for m in maps]
+    future = None
     if lm.decoder:  # an input's own rows (a padding token's row may attend anywhere)
         rows = torch.arange(longest, device=device) < mask.sum(dim=1).to(device)[:, None]
         future = torch.ones(longest, longest, dtype=torch.bool, device=device).triu(1) & rows[:, None, :, None]
-        if any(m.masked_select(future).any() for m in maps):
+    captured = 0
+
+    def take(probs: torch.Tensor) -> None:
+        nonlocal captured
+        probs = probs.float()
+        if future is not None and probs.masked_select(future).any():
             raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
+        each_layer(captured, probs)
+        captured += 1
+
+    with torch.inference_mode(), recording(take):
+        lm.model(**kwargs)
+    if captured != lm.n_layers:
+        raise AtlasError(
+            f"--model '{lm.name}': attention captured for {captured} of {lm.n_layers} layers; "
+            "this architecture does not route attention through transformers' AttentionInterface"
+        )
+
+
+def attention_maps(
+    lm: LoadedModel, inputs: list[tuple[list[int], list[int]]], device: torch.device
+) -> list[torch.Tensor]:
+    """``stream_attention``'s maps of every layer, kept: one float32 tensor ``[batch, heads, longest, longest]`` per
+    layer, on ``device``."""
+    maps: list[torch.Tensor] = []
+    stream_attention(lm, inputs, device, lambda _layer, attn: maps.append(attn))
     return maps
 
 
