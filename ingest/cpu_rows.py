@@ -36,10 +36,10 @@ LOG_POLY = tuple(np.float32(c) for c in (
 
 @nb.njit(fastmath={"reassoc", "nsz"}, nogil=True, cache=True)
 def _s_log_s(x, ones, zero, s, bits, terms):
-    """The sum (float64) of s log s over the smoothed weights s = ones x + zero of ``x`` (float32, positive), the
-    logarithm from the float's exponent and a polynomial in its mantissa (Cephes' logf, within about 1e-7
-    relative: vectorised, a quarter of the time of the math library's); each term into ``terms``; ``s`` and
-    ``bits``: scratch arrays."""
+    """s log s of each smoothed weight s = ones x + zero of ``x`` (float32, positive) into ``terms``, the logarithm
+    from the float's exponent and a polynomial in its mantissa (Cephes' logf, within about 1e-7 relative:
+    vectorised, a quarter of the time of the math library's); ``s`` and ``bits``: scratch arrays. Run over a head's
+    rows at once: a row of a sentence is too short to fill the vector units."""
     n = x.shape[0]
     for j in range(n):
         s[j] = x[j] * ones + zero
@@ -47,7 +47,6 @@ def _s_log_s(x, ones, zero, s, bits, terms):
     for j in range(n):
         bits[j] = (exponent[j] & 0x7FFFFF) | 0x3F800000  # the mantissa as a float in [1, 2)
     mantissa = bits.view(np.float32)
-    total = 0.0
     for j in range(n):
         e = np.float32((exponent[j] >> 23) - 127)
         m = mantissa[j]
@@ -59,10 +58,14 @@ def _s_log_s(x, ones, zero, s, bits, terms):
         for c in LOG_POLY[1:]:
             y = y * f + c
         y = y * f * z + np.float32(-2.12194440e-4) * e - np.float32(0.5) * z
-        term = s[j] * (f + y + np.float32(0.693359375) * e)
-        terms[j] = term
-        total += term
-    return total
+        terms[j] = s[j] * (f + y + np.float32(0.693359375) * e)
+
+
+@nb.njit(nogil=True, cache=True)
+def _rank_keys(x, per_step, positions, keys):
+    """Each weight's rank key (see ``_kept_edges``): its steps, then ``positions`` (POSITION less its position)."""
+    for j in range(x.shape[0]):
+        keys[j] = (np.int32(np.rint(x[j] * per_step)) << POSITION_BITS) | positions[j]
 
 
 @nb.njit(fastmath=True, nogil=True, cache=True)
@@ -75,12 +78,13 @@ def _largest(x, n):
 
 
 @nb.njit(parallel=True, nogil=True, cache=True)
-def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
+def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
            kept_steps, per_step, causal, smoothing, offsets, entropy, argmax, masses, received, dst_word, weight,
            from_word, from_weight, edge_dst, edge_w, edge_n):  # fmt: skip
     """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's row arrays ``[batch, layers * heads, ...]``
     and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``); a word's
-    pieces are the tokens ``word_start`` to ``word_stop``."""
+    pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys of a
+    ``[n, n]`` map, flat."""
     n_batch, n_heads = attn.shape[0], attn.shape[1]
     n_targets = masses.shape[3] - 4
     for task in nb.prange(n_batch * n_heads):
@@ -97,8 +101,14 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
         top_steps = np.zeros(slots, np.int64)
         top_pos = np.zeros(slots, np.int64)
         target = np.zeros(n_targets, np.float64)
-        scratch, bits, each = np.empty(n, np.float32), np.empty(n, np.int32), np.empty(n, np.float32)
-        keys = np.empty(n, np.int32)
+        # per weight, over the head's rows at once (all m columns of each: the padding's are 0, never read)
+        m = attn.shape[3]
+        flat = attn[b, h].reshape(m * m)[: n * m]
+        each = np.empty(n * m, np.float32)
+        _s_log_s(flat, ones, zero, np.empty(n * m, np.float32), np.empty(n * m, np.int32), each)
+        keys = np.empty(n * m if kept_steps >= 0 else 0, np.int32)
+        if kept_steps >= 0:
+            _rank_keys(flat, per_step, positions[: n * m], keys)
         for i in range(n):
             row = attn[b, h, i]
             largest = _largest(row, n)
@@ -107,7 +117,10 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                 best += 1
             # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
             # large error in its small logarithm)
-            terms = _s_log_s(row[:n], ones, zero, scratch, bits, each) - each[best]
+            terms = 0.0
+            for j in range(i * m, i * m + n):
+                terms += each[j]
+            terms -= each[i * m + best]
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
             entropy[b, r, i] = 0.0 - terms  # (never -0.0)
@@ -130,14 +143,14 @@ def _layer(attn, layer, lengths, n_words, word_start, word_stop, target_tok, tar
                 masses[b, r, i, 4 + t] = target[t]
             slot = base + i * slots
             if kept_steps < 0:  # dense: every weight (a decoder's up to its own position)
-                m = i + 1 if causal else n
-                for j in range(m):
+                upto = i + 1 if causal else n
+                for j in range(upto):
                     edge_dst[slot + j] = j
                     edge_w[slot + j] = row[j]
-                edge_n[b, r, i] = m
+                edge_n[b, r, i] = upto
                 continue
-            edge_n[b, r, i] = _kept_edges(row, n, best, slots, kept_steps, per_step, keys, top_steps, top_pos,
-                                          edge_dst, edge_w, slot)  # fmt: skip
+            edge_n[b, r, i] = _kept_edges(n, best, slots, kept_steps, per_step, keys[i * m : i * m + n], top_steps,
+                                          top_pos, edge_dst, edge_w, slot)  # fmt: skip
         for j in range(n):
             received[b, r, j] = column[j]
         if nw >= 2:
@@ -156,14 +169,12 @@ def _largest_below(x, n, bound):
 
 
 @nb.njit(nogil=True, cache=True)
-def _kept_edges(row, n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, dst, out_w, slot):
+def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, dst, out_w, slot):
     """A sparse row's edges into ``dst`` and ``out_w`` from ``slot`` on, in the order of their destination; returns
     their number. Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the
     ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each weight's rank
-    is one distinct integer (its steps, then its position reversed: ``keys``), so each next edge is the row's largest
-    key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful."""
-    for j in range(n):
-        keys[j] = (np.int32(np.rint(row[j] * per_step)) << POSITION_BITS) | (POSITION - j)
+    is one distinct integer (its steps, then its position reversed: the row's ``keys``), so each next edge is the
+    row's largest key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful."""
     top_pos[0], top_steps[0] = best, keys[best] >> POSITION_BITS  # the argmax, even below one step
     before = top_steps[0]
     keys[best] = -1
@@ -286,6 +297,7 @@ class CpuRows:
         self.edge_n = np.zeros((n_batch, lh, n_max), dtype=np.int32)
         self.kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
         self.per_step = np.float32(1 / weight_step)
+        self.positions = np.tile(POSITION - np.arange(n_max, dtype=np.int32), n_max)
         if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS >= 2**31:
             raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 511 steps")
         # each input's target tokens and their targets (a token may count for several)
@@ -300,11 +312,11 @@ class CpuRows:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32, on the CPU) into the batch's rows."""
         nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
         stats, words = self.stats, self.words
-        _layer(np.ascontiguousarray(attn.numpy()), layer, self.n, self.n_words, self.word_start, self.word_stop,
-               self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps, self.per_step,
-               self.causal, self.smoothing, self.offsets, stats["entropy"], stats["argmax_tok"], stats["masses"],
-               stats["received"], words["dst_word"], words["weight"], words["from_word"], words["from_weight"],
-               self.edge_dst, self.edge_w, self.edge_n)  # fmt: skip
+        _layer(np.ascontiguousarray(attn.numpy()), self.positions, layer, self.n, self.n_words, self.word_start,
+               self.word_stop, self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps,
+               self.per_step, self.causal, self.smoothing, self.offsets, stats["entropy"], stats["argmax_tok"],
+               stats["masses"], stats["received"], words["dst_word"], words["weight"], words["from_word"],
+               words["from_weight"], self.edge_dst, self.edge_w, self.edge_n)  # fmt: skip
 
     def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
         """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word
