@@ -1,6 +1,6 @@
-"""The forward pass that reads attention: one padded batch through the model on its device, the attention of every
-layer kept there as tensors (the ingest turns them into store rows on the same device), or each input's maps as
-arrays on the host."""
+"""The forward pass that reads attention: one padded batch through the model on its device, each layer's attention
+handed on as the model computes it, on the device (the ingest turns it into store rows there and then), or kept for
+every layer, or each input's maps as arrays on the host."""
 
 from __future__ import annotations
 
