@@ -222,8 +222,9 @@ def _stage_chunks(
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
     # a chunk's Parquet files are written in a second thread while the model runs on the next chunk (on 2 CPU cores
-    # no faster than writing after each chunk: UD EWT train's first 6,000 sentences, 38.3 s against 39.2 s, medians
-    # of 3 runs by turns in one process; UD EWT dev, 4 chunks, 11.1 s against 10.5 s; on an accelerator it overlaps)
+    # about as fast as writing after each chunk: UD EWT train's first 6,000 sentences 38.3 s against 39.2 s, UD EWT
+    # dev, 4 chunks, 11.1 s against 10.5 s, medians of 3 runs by turns in one process; an accelerator's forward
+    # passes leave the host's cores to the writer)
     with (
         ThreadPoolExecutor(max_workers=1, initializer=_yield_to_the_model) as writer,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
