@@ -20,6 +20,8 @@ import numba as nb
 import numpy as np
 import torch
 
+from ingest.row_batch import RowBatch
+
 # what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]
 
@@ -249,33 +251,20 @@ def _compact(edge_dst, edge_w, edge_n, lengths, offsets, k, n_layers, n_heads, o
 
 
 class CpuRows:
-    """A batch's rows computed one layer at a time, as the forward pass hands each layer's maps over (``layer``: while
-    they are still in the cache; on a batch's maps after the whole forward pass the same work takes 1.4 to 1.6 times
-    as long), then collected (``result``)."""
+    """A batch's rows computed one layer at a time, as the forward pass hands each layer's maps over (``layer``: no
+    layer's maps need be kept), then collected (``result``)."""
 
-    def __init__(
-        self,
-        n_layers: int,
-        n_heads: int,
-        n_max: int,
-        lengths: Sequence[int],
-        token_words: Sequence[Sequence[int | None]],
-        n_words: Sequence[int],
-        masks: np.ndarray,
-        kept_mass: float | None,
-        max_edges: int | None,
-        causal: bool,
-        smoothing: float,
-        weight_step: float,
-    ) -> None:
-        """``n_words``: each input's number of words; ``masks`` ``[batch, n, targets]``."""
+    def __init__(self, batch: RowBatch) -> None:
+        n_layers, n_heads, n_max, lengths = batch.n_layers, batch.n_heads, batch.n_max, batch.lengths
+        masks = batch.masks
+        kept_mass, weight_step, causal, smoothing = batch.kept_mass, batch.weight_step, batch.causal, batch.smoothing
         n_batch = len(lengths)
         lh = n_layers * n_heads
         self.n_layers, self.n_heads, self.causal, self.smoothing = n_layers, n_heads, causal, smoothing
         self.n = n = np.asarray(lengths, dtype=np.int64)
-        self.n_words = n_words = np.asarray(n_words, dtype=np.int64)
-        self.word_start, self.word_stop = _word_spans(token_words, max(int(n_words.max()), 1))
-        self.k = k = n_max if kept_mass is None else min(max_edges or n_max, n_max)
+        self.n_words = n_words = np.asarray(batch.n_words, dtype=np.int64)
+        self.word_start, self.word_stop = _word_spans(batch.token_words, max(int(n_words.max()), 1))
+        self.k = k = n_max if kept_mass is None else min(batch.max_edges or n_max, n_max)
         slots = lh * n * np.minimum(k, n)
         self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
         w_max = self.word_start.shape[1]
@@ -299,7 +288,7 @@ class CpuRows:
         self.kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
         self.per_step = np.float32(1 / weight_step)
         self.positions = np.tile(POSITION - np.arange(n_max, dtype=np.int32), n_max)
-        if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS >= 2**31:
+        if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS > 2**31:
             raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 511 steps")
         # each input's target tokens and their targets (a token may count for several)
         self.n_target_tokens = masks.sum(axis=(1, 2)).astype(np.int64)

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from ingest.cpu_rows import CpuRows
+from ingest.row_batch import RowBatch
 from ingest.run_id import MAX_EDGES
 from ingest.tensor_rows import TensorRows
 
@@ -96,8 +97,8 @@ class BatchRows:
         self.lengths, self.sparse, self.n_layers, self.n_heads = lengths, kept_mass is not None, n_layers, n_heads
         self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
         rows = CpuRows if device.type == "cpu" else TensorRows
-        self.arrays = rows(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass, max_edges,
-                           causal, ENTROPY_SMOOTHING, WEIGHT_STEP)  # fmt: skip
+        self.arrays = rows(RowBatch(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass,
+                                    max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP))  # fmt: skip
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ingest.device import exact_dtype
+from ingest.row_batch import RowBatch
 
 Arrays = dict[str, np.ndarray]
 
@@ -75,25 +76,8 @@ class TensorRows:
     """What ``ingest.cpu_rows.CpuRows`` computes, with tensor operations on the maps' device: ``layer`` keeps each
     layer's maps there (tensor operations over the whole batch need all of them), ``result`` computes the rows."""
 
-    def __init__(
-        self,
-        n_layers: int,
-        n_heads: int,
-        n_max: int,
-        lengths: Sequence[int],
-        token_words: Sequence[Sequence[int | None]],
-        n_words: Sequence[int],
-        masks: np.ndarray,
-        kept_mass: float | None,
-        max_edges: int | None,
-        causal: bool,
-        smoothing: float,
-        weight_step: float,
-    ) -> None:
-        self.n_layers, self.n_heads, self.n_max = n_layers, n_heads, n_max
-        self.lengths, self.token_words, self.n_words, self.masks = lengths, token_words, n_words, masks
-        self.kept_mass, self.max_edges, self.causal = kept_mass, max_edges, causal
-        self.smoothing, self.weight_step = smoothing, weight_step
+    def __init__(self, batch: RowBatch) -> None:
+        self.batch = batch
         self.maps: list[torch.Tensor] = []
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
@@ -101,22 +85,22 @@ class TensorRows:
         self.maps.append(attn)
 
     def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
-        maps = self.maps
-        assert len(maps) == self.n_layers, "every layer's maps"
+        maps, spec = self.maps, self.batch
+        assert len(maps) == spec.n_layers, "every layer's maps"
         device = maps[0].device
-        n_examples = len(self.lengths)
+        n_examples = len(spec.lengths)
         with torch.inference_mode():
-            batch = _Batch(device, self.n_max, self.lengths, self.token_words, self.n_words, self.masks)
-            rule = (self.kept_mass, self.max_edges, self.causal, self.smoothing, self.weight_step)
+            batch = _Batch(device, spec.n_max, spec.lengths, spec.token_words, spec.n_words, spec.masks)
+            rule = (spec.kept_mass, spec.max_edges, spec.causal, spec.smoothing, spec.weight_step)
             done = [
                 _block_rows(maps, batch, start, stop, *rule)
-                for start, stop in _blocks(n_examples, self.n_layers * self.n_heads * self.n_max * self.n_max)
+                for start, stop in _blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max)
             ]
             self.maps = []
             stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
             words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
-            edges, counts = _edge_columns([d[2] for d in done], n_examples, self.n_layers, self.n_heads,
-                                          self.weight_step)  # fmt: skip
+            edges, counts = _edge_columns([d[2] for d in done], n_examples, spec.n_layers, spec.n_heads,
+                                          spec.weight_step)  # fmt: skip
         return stats, words, edges, counts
 
 

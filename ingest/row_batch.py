@@ -1,0 +1,25 @@
+"""What the work per attention weight needs to know of a forward batch: ``ingest.sparsify`` describes the batch,
+``ingest.cpu_rows`` or ``ingest.tensor_rows`` computes its rows from the description and the maps."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class RowBatch:
+    n_layers: int
+    n_heads: int
+    n_max: int  # the longest input's number of tokens (the maps' padded size)
+    lengths: Sequence[int]  # each input's number of tokens
+    token_words: Sequence[Sequence[int | None]]  # each input's word of each token (None: a special token)
+    n_words: Sequence[int]  # each input's number of words
+    masks: np.ndarray  # [batch, n_max, targets]: each input's tokens of each target kind
+    kept_mass: float | None  # None: dense, every weight an edge
+    max_edges: int | None  # at most this many edges per row (None: no cap)
+    causal: bool  # a decoder's maps: no edge to a later token
+    smoothing: float  # the entropy's: of (1 - smoothing) a + smoothing / n
+    weight_step: float  # stored weights are multiples of this
