@@ -4,7 +4,7 @@ attention row, in parallel over a batch's inputs and heads.
 The tensor operations of ``ingest.tensor_rows`` make a dozen passes over every weight, most of them writing a
 temporary as large as the maps: cheap on an accelerator, on a CPU 40 ns per weight, a fifth to a third of the
 forward pass. Here a row is read a few times while it is in the cache and nothing as large as the maps is
-written (on one core 6 ns per weight of 128-piece windows, 14 of one-sentence inputs, where the work per row
+written (on one core 6 ns per weight of 128-piece windows, 13 of one-sentence inputs, where the work per row
 weighs more). The results are those of the tensor operations (tested against
 them): the same edges, argmaxes and word-level predictions; the word-level map summed in the same order (token
 order, float32), the entropy, masses and received attention in float64. Rounding to the stored precision is
@@ -29,6 +29,7 @@ Arrays = dict[str, np.ndarray]
 POSITION_BITS = 22  # a rank key's lower bits: POSITION less the weight's position (see _kept_edges) ...
 POSITION = np.int32(2**POSITION_BITS - 1)
 MAX_TOKENS = 2**POSITION_BITS  # ... in an input shorter than this
+ONE_STEP = np.int32(1 << POSITION_BITS)  # the smallest key of a weight of one step or more
 SQRT2 = np.float32(math.sqrt(2))
 # Cephes' logf: log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], relative error about 1e-7
 LOG_POLY = tuple(np.float32(c) for c in (
@@ -69,6 +70,15 @@ def _rank_keys(x, per_step, positions, keys):
     """Each weight's rank key (see ``_kept_edges``): its steps, then ``positions`` (POSITION less its position)."""
     for j in range(x.shape[0]):
         keys[j] = (np.int32(np.rint(x[j] * per_step)) << POSITION_BITS) | positions[j]
+
+
+@nb.njit(fastmath={"reassoc", "nsz"}, nogil=True, cache=True)
+def _sum(x, start, stop):
+    """The float64 sum of ``x[start:stop]`` (float32; vectorised, in an order of the compiler's choosing)."""
+    total = 0.0
+    for j in range(start, stop):
+        total += x[j]
+    return total
 
 
 @nb.njit(fastmath=True, nogil=True, cache=True)
@@ -120,10 +130,7 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
                 best += 1
             # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
             # large error in its small logarithm)
-            terms = 0.0
-            for j in range(i * m, i * m + n):
-                terms += each[j]
-            terms -= each[i * m + best]
+            terms = _sum(each, i * m, i * m + n) - each[i * m + best]
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
             entropy[b, r, i] = 0.0 - terms  # (never -0.0)
@@ -177,17 +184,21 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
     their number. Ranked: the argmax, then by stored weight (steps), then the earlier token; a prefix of the
     ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each weight's rank
     is one distinct integer (its steps, then its position reversed: the row's ``keys``), so each next edge is the
-    row's largest key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful."""
+    row's largest key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful.
+    Only weights of one step or more can be an edge besides the argmax: their keys are first moved to the front of
+    ``keys`` (overwritten), and the passes run over those alone."""
     top_pos[0], top_steps[0] = best, keys[best] >> POSITION_BITS  # the argmax, even below one step
     before = top_steps[0]
-    keys[best] = -1
+    candidates = 0
+    for j in range(n):  # without a branch: each key written, counted if it is a candidate
+        key = keys[j]
+        keys[candidates] = key
+        candidates += (key >= ONE_STEP) & (j != best)
     kept = 1
     key = POSITION << POSITION_BITS  # above every key
-    while kept < slots and before < kept_steps:
-        key = _largest_below(keys, n, key)  # keys are distinct: the next of the ranking
+    while kept < slots and before < kept_steps and kept <= candidates:
+        key = _largest_below(keys, candidates, key)  # keys are distinct: the next of the ranking
         steps = key >> POSITION_BITS
-        if steps <= 0:
-            break
         top_pos[kept], top_steps[kept] = POSITION - (key & POSITION), steps
         before += steps
         kept += 1
