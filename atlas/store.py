@@ -84,25 +84,30 @@ def table_schemas() -> dict[str, pa.Schema]:
 
 
 def write_parquet(
-    table: pa.Table, path: Path, split: list[str] | None = None, statistics: list[str] | None = None
+    table: pa.Table,
+    path: Path,
+    split: list[str] | None = None,
+    statistics: list[str] | None = None,
+    delta: list[str] | None = None,
 ) -> None:
     """Write a Parquet file atomically: a temporary name, fsync, then rename.
 
     Full-precision floats compress best byte-stream split, weights at float16 precision or coarser (at most 65,536
     distinct values) and everything else with a dictionary: ``split`` names the former (None: every float column
     whose values are not all float16-exact, found by a pass over them). ``statistics``: the columns given min/max
-    statistics (what DuckDB skips row groups by; None: all)."""
+    statistics (what DuckDB skips row groups by; None: all). ``delta``: integer columns in sorted runs, delta
+    encoded (cheaper to write than a dictionary, as small)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     if split is None:
         split = [f.name for f in table.schema if pa.types.is_floating(f.type) and not _float16_exact(table[f.name])]
-    dictionary = [name for name in table.schema.names if name not in split]
+    encoding = {name: "BYTE_STREAM_SPLIT" for name in split} | {name: "DELTA_BINARY_PACKED" for name in delta or []}
     pq.write_table(
         table,
         tmp,
         compression="zstd",
-        use_dictionary=dictionary,
-        use_byte_stream_split=split or False,
+        use_dictionary=[name for name in table.schema.names if name not in encoding],
+        column_encoding=encoding or None,
         write_statistics=True if statistics is None else statistics,
     )
     with tmp.open("rb") as handle:
