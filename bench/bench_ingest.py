@@ -5,12 +5,13 @@
         [--sweep-sentences N]
 
 Prints:
-1. the bare forward pass (the ingest's own reading, grouping, batching and forward pass, attention captured and
-   left on the device, nothing else) against the full ingest: wall seconds and process CPU seconds (all
-   threads; steadier than wall time on a loaded machine), their ratios, and the ingest's seconds beyond the
-   forward pass per million attention weights; the forward pass is timed before and after the ingest and
-   averaged; with --repeat N, N ingests by turns with N + 1 forward passes, each ratio printed, the median's
-   figures reported (a shared machine's load shifts single runs by 0.1 or more);
+1. the bare forward pass (the ingest's own reading, grouping and batching, then the model's whole forward pass
+   with every layer's attention captured and left on the device, nothing else) against the full ingest: wall
+   seconds and process CPU seconds (all threads; steadier than wall time on a loaded machine), their ratios, and
+   the ingest's seconds beyond the forward pass per million attention weights; the forward pass is timed before
+   and after the ingest and averaged; with --repeat N, N ingests by turns with N + 1 forward passes, each ratio
+   printed, the median's figures reported (a shared machine's load shifts single runs by 0.1 or more); and, timed
+   once, the ingest's own forward pass, which stops at the last layer's attention;
 2. store bytes per table against Clark et al.'s dense float16 [L, H, n, n] format for the same inputs;
 3. with --rss: the peak resident memory of an ingest of the corpus and of the corpus five times over, each in a
    process of its own (memory must not grow with the corpus);
@@ -46,7 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
-from atlas.model.forward import attention_maps  # noqa: E402
+from atlas.model.capture import recording  # noqa: E402
+from atlas.model.forward import attention_maps, model_inputs  # noqa: E402
 from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
@@ -75,9 +77,10 @@ def _synchronize(device: torch.device) -> None:
 
 
 def forward_pass(
-    lm: LoadedModel, corpus: CorpusInfo, settings: Settings, keep: bool
+    lm: LoadedModel, corpus: CorpusInfo, settings: Settings, keep: bool, whole: bool = True
 ) -> tuple[float, float, list[int], list[dict]]:
-    """The ingest's reading, grouping, batching and forward pass on its device, nothing else. Returns the wall
+    """The ingest's reading, grouping, batching and forward pass on its device, nothing else: the model's whole
+    forward pass (``whole``) or the ingest's own, which stops at the last layer's attention. Returns the wall
     and CPU seconds (less the time spent keeping float16 copies for the numpy reference), every input's
     length, and the kept inputs (``keep``)."""
     device = resolve_device(settings.device)
@@ -90,7 +93,9 @@ def forward_pass(
     for block in chunks(corpus, lm, settings, inputs):
         for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads):
             layouts = [inputs.layout(e) for e in batch]
-            maps = attention_maps(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device)
+            maps = (whole_maps if whole else attention_maps)(
+                lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device
+            )
             _synchronize(device)
             lengths.extend(len(lay.input_ids) for lay in layouts)
             if keep:
@@ -115,6 +120,16 @@ def forward_pass(
             del maps
     wall, cpu = time.perf_counter() - wall - copy_wall, time.process_time() - cpu - copy_cpu
     return wall, cpu, lengths, sorted(kept, key=lambda k: k["example_id"])
+
+
+def whole_maps(lm: LoadedModel, inputs: list[tuple[list[int], list[int]]], device: torch.device) -> list[torch.Tensor]:
+    """``attention_maps`` of the model's whole forward pass: every layer's attention captured, the model run to its
+    end."""
+    with torch.inference_mode(), recording() as maps:
+        lm.model(**model_inputs(lm, inputs, device))
+    if len(maps) != lm.n_layers:
+        raise RuntimeError(f"attention captured for {len(maps)} of {lm.n_layers} layers")
+    return [m.float() for m in maps]
 
 
 def numpy_best_heads(inputs: list[dict], min_count: int) -> dict[str, tuple[str, str, float]]:
@@ -305,6 +320,7 @@ def main() -> None:
     try:
         reference = not args.no_reference
         forward_wall, forward_cpu, lengths, inputs = forward_pass(lm, corpus, settings, keep=reference)
+        own_wall, own_cpu = forward_pass(lm, corpus, settings, keep=False, whole=False)[:2]
         forwards, ingests = [(forward_wall, forward_cpu)], []
         for _ in range(args.repeat):  # ingest and forward pass by turns; each ingest against the passes either side
             shutil.rmtree(work / "store", ignore_errors=True)
@@ -338,6 +354,9 @@ def main() -> None:
         print(f"ingest / forward                                      {ingest_wall / forward_wall:8.2f} "
               f"{ingest_cpu / forward_cpu:8.2f}")  # fmt: skip
         print(f"ingest beyond the forward pass, s per million weights {beyond_wall:8.3f} {beyond_cpu:8.3f}")
+        print(f"the ingest's own forward pass, to the last attention {own_wall:8.1f} {own_cpu:8.1f}")
+        print(f"ingest / the ingest's own forward pass                {ingest_wall / own_wall:8.2f} "
+              f"{ingest_cpu / own_cpu:8.2f}")  # fmt: skip
         print("\n## bytes")
         print(f"Clark et al. dense float16 [L, H, n, n]: {dense_bytes / 1e6:10.1f} MB")
         total = dir_bytes(run_dir)
