@@ -158,7 +158,7 @@ def _release_freed_memory() -> None:
 
 def _write_chunk(staging: Path, chunk: int, rows: ChunkRows, counts: dict, marker: Path) -> None:
     """Write a chunk's tables, then mark it done (the marker is what a resumed ingest trusts)."""
-    write_chunk(staging, chunk, rows.tables(), rows.dense)
+    write_chunk(staging, chunk, rows)
     tmp = marker.with_name(f".{marker.name}.tmp")
     tmp.write_text(json.dumps(counts))
     tmp.replace(marker)
@@ -221,10 +221,12 @@ def _stage_chunks(
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
-    # a chunk's Parquet files are written in a second thread while the model runs on the next chunk (on 2 CPU cores
-    # about as fast as writing after each chunk: UD EWT train's first 6,000 sentences 38.3 s against 39.2 s, UD EWT
-    # dev, 4 chunks, 11.1 s against 10.5 s, medians of 3 runs by turns in one process; an accelerator's forward
-    # passes leave the host's cores to the writer)
+    # On a CPU the model's threads keep every core busy and anything beside them stalls them: a chunk's tables are
+    # written after its forward passes, two at a time (UD EWT dev: the ingest took 1.28 times the forward pass
+    # against 1.35 with the writing in a second thread beside the model, medians of 4 runs by turns in one process).
+    # On an accelerator the forward passes leave the host's cores free: the tables are written in a second thread
+    # while the model runs on the next chunk.
+    background = resolve_device(settings.device).type != "cpu"
     with (
         ThreadPoolExecutor(max_workers=1, initializer=_yield_to_the_model) as writer,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
@@ -233,16 +235,20 @@ def _stage_chunks(
         for chunk, block in enumerate(chunks(corpus, lm, settings, inputs)):
             marker = done_marker(staging, chunk)
             counts = read_marker(marker)
+            n_sent = sum(len(e.sentences) for e in block)
             if counts is not None:
-                bar.update(sum(len(e.sentences) for e in block))
+                bar.update(n_sent)
             else:
-                n_sent = sum(len(e.sentences) for e in block)
                 rows = _process_chunk(lm, inputs, run_id, block, settings, _Running(bar, n_sent))
                 counts = _counts(block, rows)
                 if pending is not None:
                     pending.result()
-                pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
-                pending.add_done_callback(lambda done, n=n_sent: done.exception() or bar.update(n))
+                if background:
+                    pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)
+                    pending.add_done_callback(lambda done, n=n_sent: done.exception() or bar.update(n))
+                else:
+                    _write_chunk(staging, chunk, rows, counts, marker)
+                    bar.update(n_sent)
             for key in totals:
                 totals[key] += counts[key]
         if pending is not None:
