@@ -8,12 +8,14 @@ skips the finished chunks (resume). The run is published by one atomic rename at
 from __future__ import annotations
 
 import ctypes
+import gc
 import json
 import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import islice
@@ -206,6 +208,31 @@ def stage_chunk(
     return counts
 
 
+@contextmanager
+def _frozen_heap() -> Iterator[Callable[[], None]]:
+    """Keep the objects alive now (the model, the modules: some 430,000) out of the cyclic garbage collector's full
+    collections until the block ends, and those alive when the function given is first called (what the first chunk
+    imported and compiled): each full collection went over all of them, 0.25 s (UD EWT train: 2.4 s in the 7 full
+    collections of a 57 s ingest, 0.5 s in 13 without them). A no-op where the caller froze objects itself (the end
+    of the block would unfreeze them)."""
+    if gc.get_freeze_count():
+        yield lambda: None
+        return
+    gc.freeze()
+    done = False
+
+    def freeze_once() -> None:
+        nonlocal done
+        if not done:
+            gc.freeze()
+            done = True
+
+    try:
+        yield freeze_once
+    finally:
+        gc.unfreeze()
+
+
 def _yield_to_the_model() -> None:
     """Lower the writer thread's priority (Linux: per thread): its Parquet encoding then runs on what the model's
     host threads leave idle instead of preempting them. Elsewhere a no-op."""
@@ -229,6 +256,7 @@ def _stage_chunks(
     # passes leave the host's cores free: the writing goes on while the model runs on the next chunk.
     background = resolve_device(settings.device).type != "cpu"
     with (
+        _frozen_heap() as freeze,
         ThreadPoolExecutor(max_workers=1, initializer=_yield_to_the_model) as writer,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
     ):
@@ -244,6 +272,7 @@ def _stage_chunks(
             else:
                 rows = _process_chunk(lm, inputs, run_id, block, settings, _Running(bar, n_sent))
                 counts = _counts(block, rows)
+                freeze()
                 if pending is not None:
                     pending.result()
                 pending = writer.submit(_write_chunk, staging, chunk, rows, counts, marker)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import torch
@@ -91,6 +93,7 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
+    assert gc.get_freeze_count() == 0  # the objects kept out of full collections during the ingest are back
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
     assert done_before == ["00000.json", "00001.json"]
 
@@ -98,9 +101,22 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, *rest: (seen.append(chunk), real(d, chunk, *rest)))
     result = pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
+    assert gc.get_freeze_count() == 0
     for name in TABLES:
         assert table(store, name, run_id).equals(table(whole, name, run_id)), name
     assert not (store.staging / run_id).exists()
+
+
+def test_objects_the_caller_froze_stay_frozen(tmp_path, model):
+    corpus = cut_conllu(EWT_SAMPLE, 4, tmp_path / "c.conllu")
+    mine = [[]]
+    gc.freeze()
+    try:
+        make_store(tmp_path / "s", corpus, model)
+        assert gc.get_freeze_count() > 0 and not any(o is mine for o in gc.get_objects())  # frozen: not listed
+    finally:
+        gc.unfreeze()
+    assert any(o is mine for o in gc.get_objects())
 
 
 def test_pair_packing_and_long_sentences_are_skipped_and_recorded(tmp_path, model):
