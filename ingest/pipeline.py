@@ -39,7 +39,7 @@ from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
 from ingest.sparsify import BatchRows
-from ingest.write import EXAMPLE_TABLES, ChunkRows, write_chunk
+from ingest.write import ATTENTION_TABLES, EXAMPLE_TABLES, ChunkRows, write_chunk
 
 # oneDNN (torch's CPU kernels) keeps the code it compiles for each shape of a forward batch, 1,024 shapes by
 # default: as an ingest meets new batch shapes its memory grew with the corpus (1.14x at 5x the corpus); 8 keep it
@@ -109,20 +109,39 @@ class _Running:
         self.bar.set_postfix_str(f"model {self.n}/{self.size}")
 
 
-def _process_chunk(
-    lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, bar: _Running
-) -> ChunkRows:
-    """Run the model over one chunk (batched by length) on ``settings.device`` and collect its rows in corpus
-    order; the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
-    pass computes them."""
+@dataclass
+class _Chunk:
+    """A chunk of examples made ready for the model: the rows that need no model (examples, tokens, words, ...)
+    and its forward batches, each input with its layout."""
+
+    rows: ChunkRows
+    batches: list[list[tuple[Example, Layout]]]
+    n_skipped: int  # sentences of the skipped examples
+
+
+def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings) -> _Chunk:
+    """The work of a chunk before its forward passes (on a CPU, done while the last chunk is written)."""
     rows = ChunkRows(run_id, dense=settings.kept_mass is None)
-    tok = lm.tokenizer
+    laid: dict[int, tuple[Example, Layout]] = {}
+    for ex in examples:  # corpus order
+        if ex.skipped:
+            rows.add_skipped(ex)
+            continue
+        lay = inputs.layout(ex)
+        laid[ex.example_id] = (ex, lay)
+        rows.add(ex, lay, lm.tokenizer.convert_ids_to_tokens(lay.input_ids))
+    batches = _batches([e for e in examples if not e.skipped], lm.n_layers * lm.n_heads)
+    return _Chunk(rows, [[laid[e.example_id] for e in batch] for batch in batches], sum(e.skipped for e in examples))
+
+
+def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running) -> ChunkRows:
+    """Run the model over a prepared chunk (batched by length) on ``settings.device`` and add its attention rows;
+    the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
+    pass computes them."""
     device = resolve_device(settings.device)
     lm.model.to(device)
-    n_attn = lm.n_layers * lm.n_heads
-    done: dict[int, tuple] = {}
-    for batch in _batches([e for e in examples if not e.skipped], n_attn):
-        layouts = [inputs.layout(e) for e in batch]
+    for batch in chunk.batches:
+        layouts = [lay for _, lay in batch]
         rows_of = BatchRows(
             device,
             lm.n_layers,
@@ -135,18 +154,12 @@ def _process_chunk(
             lm.decoder,
         )
         stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device, rows_of.layer)
-        per_input = rows_of.rows()
-        for ex, lay, (edges, stats, words) in zip(batch, layouts, per_input, strict=True):
-            done[ex.example_id] = (lay, tok.convert_ids_to_tokens(lay.input_ids), edges, stats, words)
-        bar.update(sum(len(e.sentences) for e in batch))
-    for ex in examples:  # corpus order
-        if ex.skipped:
-            rows.add_skipped(ex)
-            bar.update(1)
-            continue
-        rows.add(ex, *done.pop(ex.example_id))
+        tables = dict(zip(ATTENTION_TABLES, rows_of.tables(), strict=True))
+        chunk.rows.add_attention([ex.example_id for ex, _ in batch], tables)
+        bar.update(sum(len(ex.sentences) for ex, _ in batch))
+    bar.update(chunk.n_skipped)
     _release_freed_memory()
-    return rows
+    return chunk.rows
 
 
 def _release_freed_memory() -> None:
@@ -202,7 +215,7 @@ def stage_chunk(
     """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
     marker) and return its counts: the unit of work of an engine that runs chunks elsewhere (``ingest.ray_engine``)."""
     with tqdm(disable=True) as bar:
-        rows = _process_chunk(lm, inputs, run_id, examples, settings, _Running(bar, 0))
+        rows = _run_chunk(lm, _prepare_chunk(lm, inputs, run_id, examples, settings), settings, _Running(bar, 0))
     counts = _counts(examples, rows)
     _write_chunk(staging, chunk, rows, counts, done_marker(staging, chunk))
     return counts
@@ -249,11 +262,12 @@ def _stage_chunks(
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
     # A chunk's tables are written in a second thread. On a CPU the model's threads keep every core busy and anything
-    # beside them stalls them: the writing overlaps only the reading of the next chunk (one thread) and the model
-    # waits for it (UD EWT dev, medians of 3-4 runs by turns in one process: ingest / forward 1.28 with the writing
-    # after each chunk against 1.35 beside the model; overlapping the reading against after each chunk: 1.30 and
-    # 1.30 on EWT dev, 1.30 and 1.26 against 1.34 and 1.39 on UD GUM dev in windows). On an accelerator the forward
-    # passes leave the host's cores free: the writing goes on while the model runs on the next chunk.
+    # beside them stalls them: the writing overlaps only the reading and preparing of the next chunk (what needs no
+    # model: layouts, token and word rows) and the model waits for it (UD EWT dev, medians of 3-4 runs by turns in
+    # one process: ingest / forward 1.28 with the writing after each chunk against 1.35 beside the model; overlapping
+    # the reading against after each chunk: 1.30 and 1.30 on EWT dev, 1.30 and 1.26 against 1.34 and 1.39 on UD GUM
+    # dev in windows). On an accelerator the forward passes leave the host's cores free: the writing goes on while
+    # the model runs on the next chunk.
     background = resolve_device(settings.device).type != "cpu"
     with (
         _frozen_heap() as freeze,
@@ -262,15 +276,16 @@ def _stage_chunks(
     ):
         pending: Future | None = None
         for chunk, block in enumerate(chunks(corpus, lm, settings, inputs)):
-            if pending is not None and not background:  # read beside the last chunk's writing; the model waits for it
-                pending.result()
             marker = done_marker(staging, chunk)
             counts = read_marker(marker)
             n_sent = sum(len(e.sentences) for e in block)
             if counts is not None:
                 bar.update(n_sent)
             else:
-                rows = _process_chunk(lm, inputs, run_id, block, settings, _Running(bar, n_sent))
+                ready = _prepare_chunk(lm, inputs, run_id, block, settings)
+                if pending is not None and not background:  # read and prepared beside the last chunk's writing
+                    pending.result()
+                rows = _run_chunk(lm, ready, settings, _Running(bar, n_sent))
                 counts = _counts(block, rows)
                 freeze()
                 if pending is not None:

@@ -35,7 +35,7 @@ attention, with tensor operations: within a relative 3.4e-7 of float64 on sample
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -47,19 +47,26 @@ from ingest.tensor_rows import TensorRows
 
 Columns = dict[str, np.ndarray]
 
+
+class Table(NamedTuple):
+    """A forward batch's rows of one table, input after input: the columns and each input's number of rows."""
+
+    columns: Columns
+    counts: np.ndarray
+
+    def split(self) -> list[Columns]:
+        """Each input's columns."""
+        bounds = np.concatenate([[0], np.cumsum(self.counts)])
+        cuts = [slice(start, stop) for start, stop in zip(bounds[:-1], bounds[1:], strict=True)]
+        return [{name: c[cut] for name, c in self.columns.items()} for cut in cuts]
+
+
 ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoid NaNs"
 WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples of this
 MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
 ENTROPY_ROUND = 2**7  # sparse setting: entropy keeps 23 - 7 of float32's mantissa bits (17 significant bits)
 MASSES = ("to_self", "to_prev", "to_next", "to_first")  # then to_<target> for each target
 WORD_COLUMNS = {"dst_word": np.int16, "weight": np.float32, "from_word": np.int16, "from_weight": np.float32}
-
-
-@cache
-def _row_index(n_layers: int, n_heads: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Layer, head and position of each row of a ``[layers, heads, n]`` grid, flattened (store dtypes)."""
-    r = np.arange(n_layers * n_heads * n)
-    return (r // (n_heads * n)).astype(np.int8), ((r // n) % n_heads).astype(np.int8), (r % n).astype(np.int16)
 
 
 def _fixed(x: np.ndarray, step: float) -> np.ndarray:
@@ -104,13 +111,16 @@ class BatchRows:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""
         self.arrays.layer(layer, attn)
 
-    def rows(self) -> list[tuple[Columns, Columns, Columns]]:
-        """(edges, rows, word rows) column arrays of every input, in input order."""
+    def tables(self) -> tuple[Table, Table, Table]:
+        """The batch's edges, rows and word rows (every input's, input after input), once every layer is in."""
         stats, words, edges, counts = self.arrays.result()
         _round(stats, words, self.sparse)
         mass_names = [*MASSES, *(f"to_{name}" for name in self.names)]
-        return _to_host(stats, words, edges, counts, self.lengths, self.n_words, mass_names, self.first_is_cls,
-                        self.n_layers, self.n_heads)  # fmt: skip
+        return (
+            Table(edges, counts),
+            _rows(stats, self.lengths, mass_names, self.first_is_cls, self.n_heads),
+            _word_rows(words, [n if n >= 2 else 0 for n in self.n_words], self.n_heads),
+        )
 
 
 def batch_rows(
@@ -127,7 +137,8 @@ def batch_rows(
                       max_edges, causal)  # fmt: skip
     for layer, attn in enumerate(maps):
         batch.layer(layer, attn)
-    return batch.rows()
+    edges, rows, words = (table.split() for table in batch.tables())
+    return list(zip(edges, rows, words, strict=True))
 
 
 def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: bool) -> None:
@@ -144,38 +155,40 @@ def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: b
     stats["entropy"], stats["received"] = entropy, received
 
 
-def _to_host(
-    stats: dict[str, np.ndarray],
-    words: dict[str, np.ndarray],
-    edges: Columns,
-    counts: np.ndarray,
-    lengths: Sequence[int],
-    n_words: Sequence[int],
-    mass_names: list[str],
-    first_is_cls: list[bool],
-    n_layers: int,
-    n_heads: int,
-) -> list[tuple[Columns, Columns, Columns]]:
-    """Split the batch's columns (``stats``, ``words``: ``[examples, layers * heads, ...]`` arrays; the edge
-    columns in input order and each input's count of edges) into each input's columns."""
-    bounds = np.concatenate([[0], np.cumsum(counts)])
-    out = []
-    for b, (n, n_word) in enumerate(zip(lengths, n_words, strict=True)):
-        layer, head, src = _row_index(n_layers, n_heads, n)
-        rows = {"layer": layer, "head": head, "src_tok": src}
-        rows.update({name: t[b, :, :n].reshape(-1) for name, t in stats.items() if name != "masses"})
-        masses = stats["masses"][b, :, :n].reshape(-1, len(mass_names))
-        rows.update({name: masses[:, i] for i, name in enumerate(mass_names)})
-        if first_is_cls and first_is_cls[b]:
-            rows["to_first"] = np.ma.masked_all(len(masses), dtype=masses.dtype)  # NULL: the store reads to_cls
-        n_word = n_word if n_word >= 2 else 0
-        layer, head, src = _row_index(n_layers, n_heads, n_word)
-        word = {"layer": layer, "head": head, "src_word": src}
-        for name, dtype in WORD_COLUMNS.items():
-            word[name] = words[name][b, :, :n_word].reshape(-1) if n_word else np.zeros(0, dtype)
-        cut = slice(bounds[b], bounds[b + 1])
-        out.append(({name: column[cut] for name, column in edges.items()}, rows, word))
-    return out
+def _grid(arrays: dict[str, np.ndarray], lengths: Sequence[int], n_heads: int) -> tuple[Columns, np.ndarray]:
+    """Each input's rows of ``[inputs, layers * heads, positions, ...]`` arrays (its first ``lengths[b]`` positions),
+    input after input: the arrays' columns and the rows' layer, head and position; and each input's number of rows."""
+    n_inputs, n_rows, n_max = next(iter(arrays.values())).shape[:3]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    kept = np.broadcast_to(np.arange(n_max) < lengths[:, None, None], (n_inputs, n_rows, n_max))
+    _, r, i = np.nonzero(kept)
+    columns = {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8)}
+    columns["position"] = i.astype(np.int16)
+    return columns | {name: a[kept] for name, a in arrays.items()}, lengths * n_rows
+
+
+def _rows(
+    stats: dict[str, np.ndarray], lengths: Sequence[int], mass_names: list[str], first_is_cls: list[bool], n_heads: int
+) -> Table:
+    """attn_rows of the batch from its ``[inputs, layers * heads, n_max]`` statistics."""
+    columns, counts = _grid(stats, lengths, n_heads)
+    columns["src_tok"] = columns.pop("position")
+    masses = columns.pop("masses")
+    columns.update({name: masses[:, k] for k, name in enumerate(mass_names)})
+    if any(first_is_cls):  # NULL where position 0 is the input's only cls/bos token: the store reads to_cls there
+        columns["to_first"] = np.ma.array(columns["to_first"], mask=np.repeat(first_is_cls, counts))
+    return Table(columns, counts)
+
+
+def _word_rows(words: dict[str, np.ndarray], n_words: Sequence[int], n_heads: int) -> Table:
+    """word_rows of the batch from its ``[inputs, layers * heads, w_max]`` arrays (``n_words``: 0 for an input
+    without word rows)."""
+    if not any(n_words):  # (the arrays may be missing)
+        keys = {"layer": np.int8, "head": np.int8, "src_word": np.int16, **WORD_COLUMNS}
+        return Table({name: np.zeros(0, dtype) for name, dtype in keys.items()}, np.zeros(len(n_words), np.int64))
+    columns, counts = _grid(words, n_words, n_heads)
+    columns["src_word"] = columns.pop("position")
+    return Table({name: columns[name] for name in ("layer", "head", "src_word", *WORD_COLUMNS)}, counts)
 
 
 def _single(attn: np.ndarray) -> list[torch.Tensor]:

@@ -15,6 +15,7 @@ from ingest.examples import Example, Layout
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
+Columns = dict[str, np.ndarray]
 WRITERS = 2  # threads writing a chunk's tables
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
@@ -29,7 +30,7 @@ class ChunkRows:
     def __init__(self, run_id: str, dense: bool) -> None:
         self.run_id, self.dense = run_id, dense  # dense: every weight exact (float32), not in fixed point
         self.lists: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        self.arrays: dict[str, list[dict[str, np.ndarray]]] = defaultdict(list)
+        self.arrays: dict[str, list[Columns]] = defaultdict(list)
         self.n_tokens = 0
         self.n_edges = 0
 
@@ -48,15 +49,8 @@ class ChunkRows:
         row["skipped"].append(skipped)
         row["label"].append(ex.sentences[0].sentence.label)
 
-    def add(
-        self,
-        ex: Example,
-        lay: Layout,
-        pieces: list[str],
-        edges: dict[str, np.ndarray],
-        rows: dict[str, np.ndarray],
-        word_rows: dict[str, np.ndarray],
-    ) -> None:
+    def add(self, ex: Example, lay: Layout, pieces: list[str]) -> None:
+        """An input's rows of every table but the attention tables (see ``add_attention``)."""
         self._example_row(ex, skipped=False)
         self.n_tokens += len(lay.input_ids)
         toks = self.lists["tokens"]
@@ -71,10 +65,13 @@ class ChunkRows:
             toks["segment"].append(lay.segments[t])
             toks["is_punct"].append(lay.special[t] is None and is_punct(lay.text[t]))
         self._words(ex, lay)
-        for name, cols in (("attn_edges", edges), ("attn_rows", rows), ("word_rows", word_rows)):
-            n = len(next(iter(cols.values())))
-            self.arrays[name].append({"example_id": np.full(n, ex.example_id, dtype=np.int32), **cols})
-        self.n_edges += len(edges["weight"])
+
+    def add_attention(self, example_ids: list[int], tables: dict[str, tuple[Columns, np.ndarray]]) -> None:
+        """A forward batch's rows of the attention tables: per table its columns, input after input, and each
+        input's number of rows (inputs ``example_ids``, in any order: the chunk's tables are in example order)."""
+        for name, (columns, counts) in tables.items():
+            self.arrays[name].append({"example_ids": np.asarray(example_ids), "counts": counts, **columns})
+        self.n_edges += int(tables["attn_edges"][1].sum())
 
     def _words(self, ex: Example, lay: Layout) -> None:
         offsets = ex.word_offsets()
@@ -136,26 +133,31 @@ class ChunkRows:
 
     def n_rows(self, name: str) -> int:
         if name in self.arrays:
-            return sum(len(p["example_id"]) for p in self.arrays[name])
+            return sum(int(p["counts"].sum()) for p in self.arrays[name])
         return len(self.lists.get(name, {}).get("example_id", ()))
 
     def table(self, name: str) -> pa.Table:
         """Table ``name`` (one of ``EXAMPLE_TABLES``) of the chunk."""
-        if name in self.arrays:
-            parts = self.arrays[name]
-            cols: dict[str, object] = {k: _concatenate([p[k] for p in parts]) for k in parts[0]}
-        else:
-            cols = dict(self.lists[name])
+        arrays = self.arrays.get(name)
+        cols: dict[str, object] = _in_example_order(arrays) if arrays else dict(self.lists[name])
         n = len(next(iter(cols.values()))) if cols else 0
         cols["run_id"] = self.run_id
         return to_table(name, cols, n)
 
 
-def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
-    """The inputs' arrays of a column as one; masked (NULL) entries stay masked."""
-    if any(isinstance(p, np.ma.MaskedArray) for p in parts):
-        return np.ma.concatenate(parts)
-    return np.concatenate(parts)
+def _in_example_order(batches: list[Columns]) -> Columns:
+    """The forward batches' columns of a table as one, each input's rows moved to the place of its example id (one
+    gather per column); masked (NULL) entries stay masked."""
+    ids, counts = (np.concatenate([p[key] for p in batches]) for key in ("example_ids", "counts"))
+    order = np.argsort(ids, kind="stable")
+    start, counts = (np.cumsum(counts) - counts)[order], counts[order]  # of each input's rows in the batches' columns
+    index = np.arange(counts.sum()) + np.repeat(start - (np.cumsum(counts) - counts), counts)
+    cols = {"example_id": np.repeat(ids[order], counts).astype(np.int32)}
+    for key in [k for k in batches[0] if k not in ("example_ids", "counts")]:
+        parts = [p[key] for p in batches]
+        join = np.ma.concatenate if any(isinstance(p, np.ma.MaskedArray) for p in parts) else np.concatenate
+        cols[key] = join(parts)[index]
+    return cols
 
 
 def write_chunk(run_dir: Path, chunk: int, rows: ChunkRows) -> None:
