@@ -146,18 +146,30 @@ class ChunkRows:
 
 
 def _in_example_order(batches: list[Columns]) -> Columns:
-    """The forward batches' columns of a table as one, each input's rows moved to the place of its example id (one
-    gather per column); masked (NULL) entries stay masked."""
+    """The forward batches' columns of a table as one, each input's rows copied to the place of its example id;
+    masked (NULL) entries stay masked."""
     ids, counts = (np.concatenate([p[key] for p in batches]) for key in ("example_ids", "counts"))
     order = np.argsort(ids, kind="stable")
-    start, counts = (np.cumsum(counts) - counts)[order], counts[order]  # of each input's rows in the batches' columns
-    index = np.arange(counts.sum()) + np.repeat(start - (np.cumsum(counts) - counts), counts)
-    cols = {"example_id": np.repeat(ids[order], counts).astype(np.int32)}
+    place = np.empty_like(counts)
+    place[order] = np.cumsum(counts[order]) - counts[order]  # where each input's rows go
+    batch = np.repeat(np.arange(len(batches)), [len(p["counts"]) for p in batches])
+    start = np.concatenate([np.cumsum(p["counts"]) - p["counts"] for p in batches])  # in its batch's columns
+    blocks = list(zip(batch.tolist(), start.tolist(), place.tolist(), counts.tolist(), strict=True))
+    cols = {"example_id": np.repeat(ids[order], counts[order]).astype(np.int32)}
     for key in [k for k in batches[0] if k not in ("example_ids", "counts")]:
         parts = [p[key] for p in batches]
-        join = np.ma.concatenate if any(isinstance(p, np.ma.MaskedArray) for p in parts) else np.concatenate
-        cols[key] = join(parts)[index]
+        cols[key] = _copy_blocks([np.ma.getdata(p) for p in parts], blocks)
+        if any(isinstance(p, np.ma.MaskedArray) for p in parts):
+            cols[key] = np.ma.array(cols[key], mask=_copy_blocks([np.ma.getmaskarray(p) for p in parts], blocks))
     return cols
+
+
+def _copy_blocks(parts: list[np.ndarray], blocks: list[tuple[int, int, int, int]]) -> np.ndarray:
+    """One array of the blocks (part, start, where it goes, length) of ``parts``."""
+    out = np.empty(sum(n for *_, n in blocks), dtype=parts[0].dtype)
+    for b, at, to, n in blocks:
+        out[to : to + n] = parts[b][at : at + n]
+    return out
 
 
 def write_chunk(run_dir: Path, chunk: int, rows: ChunkRows) -> None:
