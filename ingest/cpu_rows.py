@@ -92,14 +92,15 @@ def _largest(x, n):
 
 @nb.njit(parallel=True, nogil=True, cache=True)
 def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
-           kept_steps, per_step, causal, smoothing, offsets, entropy, argmax, masses, received, dst_word, weight,
-           from_word, from_weight, edge_dst, edge_w, edge_n):  # fmt: skip
-    """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's row arrays ``[batch, layers * heads, ...]``
-    and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``); a word's
-    pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys of a
-    ``[n, n]`` map, flat."""
+           kept_steps, per_step, causal, smoothing, offsets, row_offsets, word_offsets, entropy, argmax, masses,
+           received, dst_word, weight, from_word, from_weight, edge_dst, edge_w, edge_n):  # fmt: skip
+    """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's rows (input after input, each input's in
+    (layer, head, position) order from ``row_offsets``; word rows likewise from ``word_offsets``, for inputs of two
+    words or more) and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``);
+    a word's pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys
+    of a ``[n, n]`` map, flat."""
     n_batch, n_heads = attn.shape[0], attn.shape[1]
-    n_targets = masses.shape[3] - 4
+    n_targets = masses.shape[1] - 4
     for task in nb.prange(n_batch * n_heads):
         b, h = task // n_heads, task % n_heads
         n = lengths[b]
@@ -107,6 +108,8 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
         nw = n_words[b]
         slots = min(k, n)
         base = offsets[b] + (r * n) * slots
+        row = row_offsets[b] + r * n  # this head's first row
+        word = word_offsets[b] + r * nw
         eps_n = smoothing / n
         ones, zero = np.float32(1 - smoothing), np.float32(eps_n)  # s = ones a + zero, in float32
         column = np.zeros(n, np.float64)
@@ -123,49 +126,50 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
         if kept_steps >= 0:
             _rank_keys(flat, per_step, positions[: n * m], keys)
         for i in range(n):
-            row = attn[b, h, i]
-            largest = _largest(row, n)
+            weights = attn[b, h, i]
+            largest = _largest(weights, n)
             best = 0
-            while row[best] != largest:  # the first of equal maxima
+            while weights[best] != largest:  # the first of equal maxima
                 best += 1
             # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
             # large error in its small logarithm)
             terms = _sum(each, i * m, i * m + n) - each[i * m + best]
             s = largest * (1 - smoothing) + eps_n
             terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
-            entropy[b, r, i] = 0.0 - terms  # (never -0.0)
-            argmax[b, r, i] = best
+            entropy[row + i] = 0.0 - terms  # (never -0.0)
+            argmax[row + i] = best
             for j in range(n):
-                column[j] += row[j]
+                column[j] += weights[j]
             for w in range(nw if nw >= 2 else 0):
-                total = row[word_start[b, w]]
+                total = weights[word_start[b, w]]
                 for t in range(word_start[b, w] + 1, word_stop[b, w]):
-                    total += row[t]
+                    total += weights[t]
                 to_words[i, w] = total
             target[:] = 0.0
             for q in range(n_target_tokens[b]):
-                target[target_of[b, q]] += row[target_tok[b, q]]
-            masses[b, r, i, 0] = row[i]
-            masses[b, r, i, 1] = row[i - 1] if i > 0 else 0.0
-            masses[b, r, i, 2] = row[i + 1] if i + 1 < n else 0.0
-            masses[b, r, i, 3] = row[0]
+                target[target_of[b, q]] += weights[target_tok[b, q]]
+            masses[row + i, 0] = weights[i]
+            masses[row + i, 1] = weights[i - 1] if i > 0 else 0.0
+            masses[row + i, 2] = weights[i + 1] if i + 1 < n else 0.0
+            masses[row + i, 3] = weights[0]
             for t in range(n_targets):
-                masses[b, r, i, 4 + t] = target[t]
+                masses[row + i, 4 + t] = target[t]
             slot = base + i * slots
             if kept_steps < 0:  # dense: every weight (a decoder's up to its own position)
                 upto = i + 1 if causal else n
                 for j in range(upto):
                     edge_dst[slot + j] = j
-                    edge_w[slot + j] = row[j]
+                    edge_w[slot + j] = weights[j]
                 edge_n[b, r, i] = upto
                 continue
             edge_n[b, r, i] = _kept_edges(n, best, slots, kept_steps, per_step, keys[i * m : i * m + n], top_steps,
                                           top_pos, edge_dst, edge_w, slot)  # fmt: skip
         for j in range(n):
-            received[b, r, j] = column[j]
+            received[row + j] = column[j]
         if nw >= 2:
-            _word_predictions(to_words, word_start[b], word_stop[b], nw, dst_word[b, r], weight[b, r], from_word[b, r],
-                              from_weight[b, r])  # fmt: skip
+            at = slice(word, word + nw)
+            _word_predictions(to_words, word_start[b], word_stop[b], nw, dst_word[at], weight[at], from_word[at],
+                              from_weight[at])  # fmt: skip
 
 
 @nb.njit(fastmath=True, nogil=True, cache=True)
@@ -278,19 +282,21 @@ class CpuRows:
         self.k = k = n_max if kept_mass is None else min(batch.max_edges or n_max, n_max)
         slots = lh * n * np.minimum(k, n)
         self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
-        w_max = self.word_start.shape[1]
+        rows, word_rows = lh * n, lh * np.where(n_words >= 2, n_words, 0)  # each input's
+        self.row_offsets, self.word_offsets = np.cumsum(rows) - rows, np.cumsum(word_rows) - word_rows
+        n_rows, n_word_rows = int(rows.sum()), int(word_rows.sum())
         # float64 sums stored as float32, as ingest.sparsify would round them
         self.stats = {
-            "entropy": np.zeros((n_batch, lh, n_max), dtype=np.float32),
-            "argmax_tok": np.zeros((n_batch, lh, n_max), dtype=np.int16),
-            "masses": np.zeros((n_batch, lh, n_max, 4 + masks.shape[2]), dtype=np.float32),
-            "received": np.zeros((n_batch, lh, n_max), dtype=np.float32),
+            "entropy": np.empty(n_rows, dtype=np.float32),
+            "argmax_tok": np.empty(n_rows, dtype=np.int16),
+            "masses": np.empty((n_rows, 4 + masks.shape[2]), dtype=np.float32),
+            "received": np.empty(n_rows, dtype=np.float32),
         }
         self.words = {
-            "dst_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
-            "weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
-            "from_word": np.zeros((n_batch, lh, w_max), dtype=np.int16),
-            "from_weight": np.zeros((n_batch, lh, w_max), dtype=np.float32),
+            "dst_word": np.empty(n_word_rows, dtype=np.int16),
+            "weight": np.empty(n_word_rows, dtype=np.float32),
+            "from_word": np.empty(n_word_rows, dtype=np.int16),
+            "from_weight": np.empty(n_word_rows, dtype=np.float32),
         }
         total = int(slots.sum())
         self.edge_dst = np.empty(total, dtype=np.int16)
@@ -315,14 +321,15 @@ class CpuRows:
         stats, words = self.stats, self.words
         _layer(np.ascontiguousarray(attn.numpy()), self.positions, layer, self.n, self.n_words, self.word_start,
                self.word_stop, self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps,
-               self.per_step, self.causal, self.smoothing, self.offsets, stats["entropy"], stats["argmax_tok"],
-               stats["masses"], stats["received"], words["dst_word"], words["weight"], words["from_word"],
-               words["from_weight"], self.edge_dst, self.edge_w, self.edge_n)  # fmt: skip
+               self.per_step, self.causal, self.smoothing, self.offsets, self.row_offsets, self.word_offsets,
+               stats["entropy"], stats["argmax_tok"], stats["masses"], stats["received"], words["dst_word"],
+               words["weight"], words["from_word"], words["from_weight"], self.edge_dst, self.edge_w,
+               self.edge_n)  # fmt: skip
 
     def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
-        """Rows ``[batch, layers * heads, n]`` (entropy, argmax_tok, masses ``[..., 4 + targets]``, received), word
-        rows ``[batch, layers * heads, words]``, the edge columns and each input's count of edges, as computed,
-        before any rounding."""
+        """Rows (entropy, argmax_tok, masses ``[rows, 4 + targets]``, received) and word rows, input after input,
+        each input's in (layer, head, position) order (word rows: inputs of two words or more), the edge columns and
+        each input's count of edges, as computed, before any rounding."""
         n_edges = int(self.edge_n.sum())
         edges = {
             "layer": np.empty(n_edges, dtype=np.int8),

@@ -118,8 +118,8 @@ class BatchRows:
         mass_names = [*MASSES, *(f"to_{name}" for name in self.names)]
         return (
             Table(edges, counts),
-            _rows(stats, self.lengths, mass_names, self.first_is_cls, self.n_heads),
-            _word_rows(words, [n if n >= 2 else 0 for n in self.n_words], self.n_heads),
+            _rows(stats, self.lengths, mass_names, self.first_is_cls, self.n_layers, self.n_heads),
+            _word_rows(words, [n if n >= 2 else 0 for n in self.n_words], self.n_layers, self.n_heads),
         )
 
 
@@ -155,40 +155,43 @@ def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: b
     stats["entropy"], stats["received"] = entropy, received
 
 
-def _grid(arrays: dict[str, np.ndarray], lengths: Sequence[int], n_heads: int) -> tuple[Columns, np.ndarray]:
-    """Each input's rows of ``[inputs, layers * heads, positions, ...]`` arrays (its first ``lengths[b]`` positions),
-    input after input: the arrays' columns and the rows' layer, head and position; and each input's number of rows."""
-    n_inputs, n_rows, n_max = next(iter(arrays.values())).shape[:3]
-    lengths = np.asarray(lengths, dtype=np.int64)
-    kept = np.broadcast_to(np.arange(n_max) < lengths[:, None, None], (n_inputs, n_rows, n_max))
-    _, r, i = np.nonzero(kept)
-    columns = {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8)}
-    columns["position"] = i.astype(np.int16)
-    return columns | {name: a[kept] for name, a in arrays.items()}, lengths * n_rows
+def _keys(lengths: np.ndarray, n_rows: int, n_heads: int) -> Columns:
+    """Layer, head and position of each row of the inputs' ``[layers * heads, length]`` grids, input after input."""
+    grid = np.repeat(lengths, n_rows)  # each (input, layer and head)'s number of rows
+    r = np.repeat(np.tile(np.arange(n_rows), len(lengths)), grid)
+    position = np.arange(grid.sum()) - np.repeat(np.cumsum(grid) - grid, grid)
+    return {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8),
+            "position": position.astype(np.int16)}  # fmt: skip
 
 
 def _rows(
-    stats: dict[str, np.ndarray], lengths: Sequence[int], mass_names: list[str], first_is_cls: list[bool], n_heads: int
+    stats: dict[str, np.ndarray],
+    lengths: Sequence[int],
+    mass_names: list[str],
+    first_is_cls: list[bool],
+    n_layers: int,
+    n_heads: int,
 ) -> Table:
-    """attn_rows of the batch from its ``[inputs, layers * heads, n_max]`` statistics."""
-    columns, counts = _grid(stats, lengths, n_heads)
+    """attn_rows of the batch from its statistics (input after input, each input's in (layer, head, position) order)."""
+    counts = np.asarray(lengths, dtype=np.int64) * n_layers * n_heads
+    columns = _keys(np.asarray(lengths, dtype=np.int64), n_layers * n_heads, n_heads)
     columns["src_tok"] = columns.pop("position")
-    masses = columns.pop("masses")
-    columns.update({name: masses[:, k] for k, name in enumerate(mass_names)})
+    columns.update({name: a for name, a in stats.items() if name != "masses"})
+    columns.update({name: stats["masses"][:, k] for k, name in enumerate(mass_names)})
     if any(first_is_cls):  # NULL where position 0 is the input's only cls/bos token: the store reads to_cls there
         columns["to_first"] = np.ma.array(columns["to_first"], mask=np.repeat(first_is_cls, counts))
     return Table(columns, counts)
 
 
-def _word_rows(words: dict[str, np.ndarray], n_words: Sequence[int], n_heads: int) -> Table:
-    """word_rows of the batch from its ``[inputs, layers * heads, w_max]`` arrays (``n_words``: 0 for an input
-    without word rows)."""
-    if not any(n_words):  # (the arrays may be missing)
-        keys = {"layer": np.int8, "head": np.int8, "src_word": np.int16, **WORD_COLUMNS}
-        return Table({name: np.zeros(0, dtype) for name, dtype in keys.items()}, np.zeros(len(n_words), np.int64))
-    columns, counts = _grid(words, n_words, n_heads)
+def _word_rows(words: dict[str, np.ndarray], n_words: Sequence[int], n_layers: int, n_heads: int) -> Table:
+    """word_rows of the batch (input after input, each input's in (layer, head, word) order; ``n_words``: 0 for an
+    input without word rows)."""
+    n_words = np.asarray(n_words, dtype=np.int64)
+    columns = _keys(n_words, n_layers * n_heads, n_heads)
     columns["src_word"] = columns.pop("position")
-    return Table({name: columns[name] for name in ("layer", "head", "src_word", *WORD_COLUMNS)}, counts)
+    n = len(columns["src_word"])
+    columns.update({name: words[name] if n else np.zeros(0, dtype) for name, dtype in WORD_COLUMNS.items()})
+    return Table(columns, n_words * n_layers * n_heads)
 
 
 def _single(attn: np.ndarray) -> list[torch.Tensor]:

@@ -39,6 +39,7 @@ class _Batch:
         self.lengths = list(lengths)
         self.w_max = w_max = max(n_words)
         self.n = torch.tensor(self.lengths, device=device)
+        self.word_rows = torch.tensor([w if w >= 2 else 0 for w in n_words], device=device)  # words with word rows
         self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
         # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
         # piece of a word (a "continuation") with its word (padded with the spare unit)
@@ -97,11 +98,26 @@ class TensorRows:
                 for start, stop in _blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max)
             ]
             self.maps = []
-            stats = {name: torch.cat([d[0][name] for d in done]).cpu().numpy() for name in done[0][0]}
-            words = {name: torch.cat([d[1][name] for d in done]).cpu().numpy() for name in done[0][1]}
+            # only the inputs' own rows cross to the host: input after input, each in (layer, head, position) order
+            bounds = list(_blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max))
+            stats = _flat([d[0] for d in done], [batch.n[start:stop] for start, stop in bounds])
+            words = _flat([d[1] for d in done], [batch.word_rows[start:stop] for start, stop in bounds])
             edges, counts = _edge_columns([d[2] for d in done], n_examples, spec.n_layers, spec.n_heads,
                                           spec.weight_step)  # fmt: skip
         return stats, words, edges, counts
+
+
+def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> Arrays:
+    """Host columns of the blocks' ``[examples, layers * heads, positions, ...]`` tensors: each example's first
+    ``lengths`` positions of each of its rows, example after example."""
+    out = {}
+    for name in parts[0]:
+        kept = []
+        for part, n in zip(parts, lengths, strict=True):
+            t = part[name]
+            kept.append(t[(torch.arange(t.shape[2], device=t.device) < n[:, None, None]).expand(t.shape[:3])])
+        out[name] = torch.cat(kept).cpu().numpy()
+    return out
 
 
 def _block_rows(
