@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -109,39 +111,38 @@ class _Running:
         self.bar.set_postfix_str(f"model {self.n}/{self.size}")
 
 
+class _Batch(NamedTuple):
+    """A forward batch of a chunk: its examples, their layouts and what turns the maps into their rows."""
+
+    examples: list[Example]
+    layouts: list[Layout]
+    rows: BatchRows
+
+
 @dataclass
 class _Chunk:
     """A chunk of examples made ready for the model: the rows that need no model (examples, tokens, words, ...)
-    and its forward batches, each input with its layout."""
+    and its forward batches, in the order they run."""
 
     rows: ChunkRows
-    batches: list[list[tuple[Example, Layout]]]
+    batches: deque[_Batch]
     n_skipped: int  # sentences of the skipped examples
 
 
 def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings) -> _Chunk:
     """The work of a chunk before its forward passes (on a CPU, done while the last chunk is written)."""
     rows = ChunkRows(run_id, dense=settings.kept_mass is None)
-    laid: dict[int, tuple[Example, Layout]] = {}
+    device = resolve_device(settings.device)
+    laid: dict[int, Layout] = {}
     for ex in examples:  # corpus order
         if ex.skipped:
             rows.add_skipped(ex)
             continue
-        lay = inputs.layout(ex)
-        laid[ex.example_id] = (ex, lay)
+        laid[ex.example_id] = lay = inputs.layout(ex)
         rows.add(ex, lay, lm.tokenizer.convert_ids_to_tokens(lay.input_ids))
-    batches = _batches([e for e in examples if not e.skipped], lm.n_layers * lm.n_heads)
-    return _Chunk(rows, [[laid[e.example_id] for e in batch] for batch in batches], sum(e.skipped for e in examples))
-
-
-def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running) -> ChunkRows:
-    """Run the model over a prepared chunk (batched by length) on ``settings.device`` and add its attention rows;
-    the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
-    pass computes them."""
-    device = resolve_device(settings.device)
-    lm.model.to(device)
-    for batch in chunk.batches:
-        layouts = [lay for _, lay in batch]
+    batches: deque[_Batch] = deque()
+    for batch in _batches([e for e in examples if not e.skipped], lm.n_layers * lm.n_heads):
+        layouts = [laid[e.example_id] for e in batch]
         rows_of = BatchRows(
             device,
             lm.n_layers,
@@ -153,10 +154,22 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running
             settings.max_edges,
             lm.decoder,
         )
-        stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device, rows_of.layer)
-        tables = dict(zip(ATTENTION_TABLES, rows_of.tables(), strict=True))
-        chunk.rows.add_attention([ex.example_id for ex, _ in batch], tables)
-        bar.update(sum(len(ex.sentences) for ex, _ in batch))
+        batches.append(_Batch(batch, layouts, rows_of))
+    return _Chunk(rows, batches, sum(e.skipped for e in examples))
+
+
+def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running) -> ChunkRows:
+    """Run the model over a prepared chunk (batched by length) on ``settings.device`` and add its attention rows;
+    the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
+    pass computes them. Each batch is let go once its rows are in."""
+    device = resolve_device(settings.device)
+    lm.model.to(device)
+    while chunk.batches:
+        batch = chunk.batches.popleft()
+        stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in batch.layouts], device, batch.rows.layer)
+        tables = dict(zip(ATTENTION_TABLES, batch.rows.tables(), strict=True))
+        chunk.rows.add_attention([ex.example_id for ex in batch.examples], tables)
+        bar.update(sum(len(ex.sentences) for ex in batch.examples))
     bar.update(chunk.n_skipped)
     _release_freed_memory()
     return chunk.rows

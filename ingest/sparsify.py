@@ -103,6 +103,9 @@ class BatchRows:
         self.n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
         self.lengths, self.sparse, self.n_layers, self.n_heads = lengths, kept_mass is not None, n_layers, n_heads
         self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
+        # the rows' layer, head and position (word rows: inputs of two words or more), known before the maps
+        self.row_keys = _keys(np.asarray(lengths, dtype=np.int64), n_layers, n_heads)
+        self.word_keys = _keys(np.array([n if n >= 2 else 0 for n in self.n_words], dtype=np.int64), n_layers, n_heads)
         rows = CpuRows if device.type == "cpu" else TensorRows
         self.arrays = rows(RowBatch(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass,
                                     max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP))  # fmt: skip
@@ -118,8 +121,8 @@ class BatchRows:
         mass_names = [*MASSES, *(f"to_{name}" for name in self.names)]
         return (
             Table(edges, counts),
-            _rows(stats, self.lengths, mass_names, self.first_is_cls, self.n_layers, self.n_heads),
-            _word_rows(words, [n if n >= 2 else 0 for n in self.n_words], self.n_layers, self.n_heads),
+            _rows(stats, self.row_keys, mass_names, self.first_is_cls),
+            _word_rows(words, self.word_keys),
         )
 
 
@@ -155,43 +158,33 @@ def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: b
     stats["entropy"], stats["received"] = entropy, received
 
 
-def _keys(lengths: np.ndarray, n_rows: int, n_heads: int) -> Columns:
-    """Layer, head and position of each row of the inputs' ``[layers * heads, length]`` grids, input after input."""
+def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:
+    """Layer, head and position of each row of the inputs' ``[layers * heads, length]`` grids, input after input, and
+    each input's number of rows."""
+    n_rows = n_layers * n_heads
     grid = np.repeat(lengths, n_rows)  # each (input, layer and head)'s number of rows
     r = np.repeat(np.tile(np.arange(n_rows), len(lengths)), grid)
     position = np.arange(grid.sum()) - np.repeat(np.cumsum(grid) - grid, grid)
-    return {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8),
-            "position": position.astype(np.int16)}  # fmt: skip
+    keys = {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8)}
+    return Table(keys | {"position": position.astype(np.int16)}, lengths * n_rows)
 
 
-def _rows(
-    stats: dict[str, np.ndarray],
-    lengths: Sequence[int],
-    mass_names: list[str],
-    first_is_cls: list[bool],
-    n_layers: int,
-    n_heads: int,
-) -> Table:
+def _rows(stats: dict[str, np.ndarray], keys: Table, mass_names: list[str], first_is_cls: list[bool]) -> Table:
     """attn_rows of the batch from its statistics (input after input, each input's in (layer, head, position) order)."""
-    counts = np.asarray(lengths, dtype=np.int64) * n_layers * n_heads
-    columns = _keys(np.asarray(lengths, dtype=np.int64), n_layers * n_heads, n_heads)
-    columns["src_tok"] = columns.pop("position")
+    columns = {"layer": keys.columns["layer"], "head": keys.columns["head"], "src_tok": keys.columns["position"]}
     columns.update({name: a for name, a in stats.items() if name != "masses"})
     columns.update({name: stats["masses"][:, k] for k, name in enumerate(mass_names)})
     if any(first_is_cls):  # NULL where position 0 is the input's only cls/bos token: the store reads to_cls there
-        columns["to_first"] = np.ma.array(columns["to_first"], mask=np.repeat(first_is_cls, counts))
-    return Table(columns, counts)
+        columns["to_first"] = np.ma.array(columns["to_first"], mask=np.repeat(first_is_cls, keys.counts))
+    return Table(columns, keys.counts)
 
 
-def _word_rows(words: dict[str, np.ndarray], n_words: Sequence[int], n_layers: int, n_heads: int) -> Table:
-    """word_rows of the batch (input after input, each input's in (layer, head, word) order; ``n_words``: 0 for an
-    input without word rows)."""
-    n_words = np.asarray(n_words, dtype=np.int64)
-    columns = _keys(n_words, n_layers * n_heads, n_heads)
-    columns["src_word"] = columns.pop("position")
+def _word_rows(words: dict[str, np.ndarray], keys: Table) -> Table:
+    """word_rows of the batch (input after input, each input's in (layer, head, word) order)."""
+    columns = {"layer": keys.columns["layer"], "head": keys.columns["head"], "src_word": keys.columns["position"]}
     n = len(columns["src_word"])
     columns.update({name: words[name] if n else np.zeros(0, dtype) for name, dtype in WORD_COLUMNS.items()})
-    return Table(columns, n_words * n_layers * n_heads)
+    return Table(columns, keys.counts)
 
 
 def _single(attn: np.ndarray) -> list[torch.Tensor]:
