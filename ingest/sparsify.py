@@ -3,7 +3,7 @@
 The maps come as one tensor ``[batch, heads, n, n]`` per layer (padded to the batch's longest input). The work per
 weight runs where the maps are: on a CPU in one compiled pass over each row (``ingest.cpu_rows``), on an
 accelerator as tensor operations over the batch (``ingest.tensor_rows``); both give the same rows (tested on the
-same maps). Rounding to the stored precision and the split into each input's columns are here, on the host.
+same maps). Rounding to the stored precision and the batch's store columns (input after input) are here.
 
 - edges: per attention row, the largest weights until their kept mass reaches the target, at most
   ``max_edges`` of them; the argmax is always kept. Weights are ranked as stored (ties: the earlier token) and
