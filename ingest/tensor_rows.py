@@ -109,15 +109,16 @@ class TensorRows:
 
 def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> Arrays:
     """Host columns of the blocks' ``[examples, layers * heads, positions, ...]`` tensors: each example's first
-    ``lengths`` positions of each of its rows, example after example."""
-    out = {}
-    for name in parts[0]:
-        kept = []
-        for part, n in zip(parts, lengths, strict=True):
-            t = part[name]
-            kept.append(t[(torch.arange(t.shape[2], device=t.device) < n[:, None, None]).expand(t.shape[:3])])
-        out[name] = torch.cat(kept).cpu().numpy()
-    return out
+    ``lengths`` positions of each of its rows, example after example (one index per block, found once)."""
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in parts[0]}
+    for part, n in zip(parts, lengths, strict=True):
+        if not part:
+            continue
+        grid = next(iter(part.values())).shape[:3]
+        kept = (torch.arange(grid[2], device=n.device) < n[:, None, None]).expand(grid).flatten().nonzero()[:, 0]
+        for name, t in part.items():
+            out[name].append(t.flatten(0, 2)[kept])
+    return {name: torch.cat(kept).cpu().numpy() for name, kept in out.items()}
 
 
 def _block_rows(

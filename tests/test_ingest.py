@@ -16,6 +16,7 @@ from atlas.store import Store
 from cli import cli
 from ingest.corpus import check_corpus
 from ingest.run_id import MAX_EDGES
+from ingest.write import ChunkRows
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_attention, read_sentences
 
@@ -226,3 +227,20 @@ def test_max_edges_caps_every_row_and_is_part_of_the_run(tmp_path, model):
     assert con.execute(runs, [dense]).fetchone() == (None, "float32")
     result = CliRunner().invoke(cli, ["ingest", "--corpus", str(corpus), "--dense", "--max-edges", "3"])
     assert result.exit_code == 1 and "--max-edges: --dense keeps every weight" in result.output
+
+
+def test_a_chunk_puts_its_batches_rows_in_example_order():
+    """Forward batches come by length, not in example order: each input's rows, masked entries too, are moved
+    to the place of its example id when the chunk's table is built."""
+    rows = ChunkRows("r", dense=False)
+    first = {"layer": np.arange(5, dtype=np.int8), "to_first": np.ma.array(np.arange(5.0), mask=[1, 1, 0, 0, 0])}
+    edges = {"weight": np.array([0.5, 0.25, 1.0], dtype=np.float32)}
+    rows.add_attention([3, 0], {"attn_rows": (first, np.array([2, 3])), "attn_edges": (edges, np.array([1, 2]))})
+    second = {"layer": np.arange(5, 9, dtype=np.int8), "to_first": np.arange(5.0, 9.0)}
+    edges = {"weight": np.array([0.75], dtype=np.float32)}
+    rows.add_attention([2, 1], {"attn_rows": (second, np.array([1, 3])), "attn_edges": (edges, np.array([0, 1]))})
+    table = rows.table("attn_rows")
+    assert table["example_id"].to_pylist() == [0, 0, 0, 1, 1, 1, 2, 3, 3]
+    assert table["layer"].to_pylist() == [2, 3, 4, 6, 7, 8, 5, 0, 1]
+    assert table["to_first"].to_pylist() == [2.0, 3.0, 4.0, 6.0, 7.0, 8.0, 5.0, None, None]
+    assert rows.table("attn_edges")["weight"].to_pylist() == [0.25, 1.0, 0.75, 0.5] and rows.n_edges == 4
