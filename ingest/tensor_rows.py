@@ -118,7 +118,7 @@ def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> 
         kept = (torch.arange(grid[2], device=n.device) < n[:, None, None]).expand(grid).flatten().nonzero()[:, 0]
         for name, t in part.items():
             out[name].append(t.flatten(0, 2)[kept])
-    return {name: torch.cat(kept).cpu().numpy() for name, kept in out.items()}
+    return {name: torch.cat(columns).cpu().numpy() for name, columns in out.items()}
 
 
 def _block_rows(
