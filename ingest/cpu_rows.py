@@ -282,7 +282,7 @@ class CpuRows:
         self.k = k = n_max if kept_mass is None else min(batch.max_edges or n_max, n_max)
         slots = lh * n * np.minimum(k, n)
         self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
-        rows, word_rows = lh * n, lh * np.where(n_words >= 2, n_words, 0)  # each input's
+        rows, word_rows = lh * n, lh * np.asarray(batch.word_rows, dtype=np.int64)  # each input's
         self.row_offsets, self.word_offsets = np.cumsum(rows) - rows, np.cumsum(word_rows) - word_rows
         n_rows, n_word_rows = int(rows.sum()), int(word_rows.sum())
         # float64 sums stored as float32, as ingest.sparsify would round them

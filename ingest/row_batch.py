@@ -23,3 +23,8 @@ class RowBatch:
     causal: bool  # a decoder's maps: no edge to a later token
     smoothing: float  # the entropy's: of (1 - smoothing) a + smoothing / n
     weight_step: float  # stored weights are multiples of this
+
+    @property
+    def word_rows(self) -> list[int]:
+        """Each input's words that have word rows: all of them in an input of two words or more, else none."""
+        return [n if n >= 2 else 0 for n in self.n_words]

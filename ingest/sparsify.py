@@ -103,12 +103,12 @@ class BatchRows:
         self.n_words = [1 + max((w for w in tw if w is not None), default=-1) for tw in token_words]
         self.lengths, self.sparse, self.n_layers, self.n_heads = lengths, kept_mass is not None, n_layers, n_heads
         self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
-        # the rows' layer, head and position (word rows: inputs of two words or more), known before the maps
+        batch = RowBatch(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass, max_edges,
+                         causal, ENTROPY_SMOOTHING, WEIGHT_STEP)  # fmt: skip
+        # the rows' layer, head and position (and the word rows'), known before the maps
         self.row_keys = _keys(np.asarray(lengths, dtype=np.int64), n_layers, n_heads)
-        self.word_keys = _keys(np.array([n if n >= 2 else 0 for n in self.n_words], dtype=np.int64), n_layers, n_heads)
-        rows = CpuRows if device.type == "cpu" else TensorRows
-        self.arrays = rows(RowBatch(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass,
-                                    max_edges, causal, ENTROPY_SMOOTHING, WEIGHT_STEP))  # fmt: skip
+        self.word_keys = _keys(np.asarray(batch.word_rows, dtype=np.int64), n_layers, n_heads)
+        self.arrays = (CpuRows if device.type == "cpu" else TensorRows)(batch)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""

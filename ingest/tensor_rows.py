@@ -39,7 +39,6 @@ class _Batch:
         self.lengths = list(lengths)
         self.w_max = w_max = max(n_words)
         self.n = torch.tensor(self.lengths, device=device)
-        self.word_rows = torch.tensor([w if w >= 2 else 0 for w in n_words], device=device)  # words with word rows
         self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
         # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
         # piece of a word (a "continuation") with its word (padded with the spare unit)
@@ -101,7 +100,8 @@ class TensorRows:
             # only the inputs' own rows cross to the host: input after input, each in (layer, head, position) order
             bounds = list(_blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max))
             stats = _flat([d[0] for d in done], [batch.n[start:stop] for start, stop in bounds])
-            words = _flat([d[1] for d in done], [batch.word_rows[start:stop] for start, stop in bounds])
+            word_rows = torch.tensor(spec.word_rows, device=device)
+            words = _flat([d[1] for d in done], [word_rows[start:stop] for start, stop in bounds])
             edges, counts = _edge_columns([d[2] for d in done], n_examples, spec.n_layers, spec.n_heads,
                                           spec.weight_step)  # fmt: skip
         return stats, words, edges, counts

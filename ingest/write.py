@@ -12,10 +12,10 @@ import pyarrow as pa
 from atlas.store import to_table, write_parquet
 from ingest.align import is_punct
 from ingest.examples import Example, Layout
+from ingest.sparsify import Columns, Table
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
-Columns = dict[str, np.ndarray]
 WRITERS = 2  # threads writing a chunk's tables
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
@@ -66,7 +66,7 @@ class ChunkRows:
             toks["is_punct"].append(lay.special[t] is None and is_punct(lay.text[t]))
         self._words(ex, lay)
 
-    def add_attention(self, example_ids: list[int], tables: dict[str, tuple[Columns, np.ndarray]]) -> None:
+    def add_attention(self, example_ids: list[int], tables: dict[str, Table]) -> None:
         """A forward batch's rows of the attention tables: per table its columns, input after input, and each
         input's number of rows (inputs ``example_ids``, in any order: the chunk's tables are in example order)."""
         for name, (columns, counts) in tables.items():
