@@ -4,7 +4,8 @@
 -- holds one view per table below over those files (and the macros of the catalogue). Every table
 -- carries run_id, so many runs live side by side. Indexes are 0-based in the store (layer, head,
 -- tok_idx, word_idx); queries display layers and heads 1-based ("layer-head") as the papers do.
--- The column types here are the types written to Parquet.
+-- The column types here are the types written to Parquet; a column NOT NULL is never NULL and is a required
+-- column in the files (no validity levels to write or read).
 
 -- One ingest of one model over one corpus.
 CREATE TABLE runs (
@@ -127,40 +128,40 @@ CREATE TABLE frames (
 -- their stored mass reaches runs.kept_mass, at most runs.max_edges of them, none that rounds to 0, the argmax
 -- always. A row's kept mass, number of edges and largest weight are the sum, count and max of its edges.
 CREATE TABLE attn_edges (
-    run_id VARCHAR,
-    example_id INTEGER,
-    layer TINYINT,               -- 0-based
-    head TINYINT,                -- 0-based
-    src_tok SMALLINT,            -- the attending token (query)
-    dst_tok SMALLINT,            -- the attended token (key)
-    weight FLOAT                 -- at runs.weight_precision
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer TINYINT NOT NULL,      -- 0-based
+    head TINYINT NOT NULL,       -- 0-based
+    src_tok SMALLINT NOT NULL,   -- the attending token (query)
+    dst_tok SMALLINT NOT NULL,   -- the attended token (key)
+    weight FLOAT NOT NULL        -- at runs.weight_precision
 );
 
 -- One attention row, with statistics computed from the dense row before sparsifying (entropy and argmax
 -- exact; weights and masses at runs.weight_precision), so analyses of whole rows need no edges.
 CREATE TABLE attn_rows (
-    run_id VARCHAR,
-    example_id INTEGER,
-    layer TINYINT,
-    head TINYINT,
-    src_tok SMALLINT,
-    entropy FLOAT,               -- nats, of the smoothed row 0.9999 a + 1e-4 / n (Clark et al.'s released code;
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer TINYINT NOT NULL,
+    head TINYINT NOT NULL,
+    src_tok SMALLINT NOT NULL,
+    entropy FLOAT NOT NULL,      -- nats, of the smoothed row 0.9999 a + 1e-4 / n (Clark et al.'s released code;
                                  --   at most about 0.002 nats above the exact entropy)
-    argmax_tok SMALLINT,         -- the first token of largest weight (always an edge; its weight: the row's max)
+    argmax_tok SMALLINT NOT NULL, -- the first token of largest weight (always an edge; its weight: the row's max)
     -- attention mass the row gives to (from the dense row; at runs.weight_precision):
-    to_self FLOAT,               -- the token itself
-    to_prev FLOAT,               -- the previous token (0 for the first)
-    to_next FLOAT,               -- the next token (0 for the last)
-    to_cls FLOAT,                -- the input's special tokens of role cls or bos ([CLS], <s>, <|begin_of_text|>);
+    to_self FLOAT NOT NULL,      -- the token itself
+    to_prev FLOAT NOT NULL,      -- the previous token (0 for the first)
+    to_next FLOAT NOT NULL,      -- the next token (0 for the last)
+    to_cls FLOAT NOT NULL,       -- the input's special tokens of role cls or bos ([CLS], <s>, <|begin_of_text|>);
                                  --   0 in an input without one (GPT-2)
     to_first FLOAT,              -- the input's first token (position 0, whatever it is: [CLS], a BOS or a word
                                  --   piece; the attention sink of Xiao et al. 2023). In the Parquet files NULL
                                  --   where position 0 is the input's only cls/bos token (then equal to to_cls,
                                  --   which the view gives)
-    to_sep FLOAT,                -- every special token of role sep or eos ([SEP], </s>); 0 in an input without
+    to_sep FLOAT NOT NULL,       -- every special token of role sep or eos ([SEP], </s>); 0 in an input without
                                  --   one (a decoder's)
-    to_dot_comma FLOAT,          -- the pieces whose corpus characters are '.' or ',' (spaces aside)
-    received FLOAT               -- attention the token src_tok receives: the column sum of the dense map over
+    to_dot_comma FLOAT NOT NULL, -- the pieces whose corpus characters are '.' or ',' (spaces aside)
+    received FLOAT NOT NULL      -- attention the token src_tok receives: the column sum of the dense map over
                                  --   every row of the input (Kovaleva et al.'s feature attention)
 );
 
@@ -169,15 +170,15 @@ CREATE TABLE attn_rows (
 -- the other real word attending to it most (the transposed map, Clark et al.'s head -> dependent
 -- predictor). Computed from the dense map, so the predictions are exact whatever the edge sparsity.
 CREATE TABLE word_rows (
-    run_id VARCHAR,
-    example_id INTEGER,
-    layer TINYINT,
-    head TINYINT,
-    src_word SMALLINT,           -- the attending word
-    dst_word SMALLINT,           -- most-attended word other than itself, [CLS] and [SEP]
-    weight FLOAT,                -- its word-level attention weight (at runs.weight_precision)
-    from_word SMALLINT,          -- the other real word whose word-level attention TO src_word is largest
-    from_weight FLOAT            -- that attention weight (at runs.weight_precision)
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer TINYINT NOT NULL,
+    head TINYINT NOT NULL,
+    src_word SMALLINT NOT NULL,  -- the attending word
+    dst_word SMALLINT NOT NULL,  -- most-attended word other than itself, [CLS] and [SEP]
+    weight FLOAT NOT NULL,       -- its word-level attention weight (at runs.weight_precision)
+    from_word SMALLINT NOT NULL, -- the other real word whose word-level attention TO src_word is largest
+    from_weight FLOAT NOT NULL   -- that attention weight (at runs.weight_precision)
 );
 
 -- One pair of heads: Jensen-Shannon divergence between their attention distributions, averaged over

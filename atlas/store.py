@@ -80,7 +80,13 @@ def table_schemas() -> dict[str, pa.Schema]:
     con = duckdb.connect()
     con.execute(text)
     names = re.findall(r"^CREATE TABLE (\w+)", text, flags=re.MULTILINE)
-    return {name: con.execute(f"SELECT * FROM {name}").to_arrow_table().schema for name in names}
+    schemas = {}
+    for name in names:
+        info = con.execute(f"SELECT name FROM pragma_table_info('{name}') WHERE \"notnull\"").fetchall()
+        required = {c for (c,) in info}
+        schema = con.execute(f"SELECT * FROM {name}").to_arrow_table().schema
+        schemas[name] = pa.schema([f.with_nullable(f.name not in required) for f in schema])
+    return schemas
 
 
 def write_parquet(
@@ -150,7 +156,10 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
             arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
         else:
             arrays.append(pa.array(value).cast(field.type))
-    return pa.Table.from_arrays(arrays, names=schema.names)
+        if not field.nullable and arrays[-1].null_count:
+            raise ValueError(f"{name}.{field.name}: NULL in a column declared NOT NULL")
+    fields = [pa.field(f.name, a.type, f.nullable) for f, a in zip(schema, arrays, strict=True)]  # run_id: dictionary
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 class StoreBusy(AtlasError):

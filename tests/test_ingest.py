@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import ingest.pipeline as pipeline
 from atlas.errors import AtlasError
 from atlas.model.load import load_model
-from atlas.store import Store
+from atlas.store import Store, table_schemas
 from cli import cli
 from ingest.corpus import check_corpus
 from ingest.run_id import MAX_EDGES
@@ -232,12 +232,18 @@ def test_max_edges_caps_every_row_and_is_part_of_the_run(tmp_path, model):
 def test_a_chunk_puts_its_batches_rows_in_example_order():
     """Forward batches come by length, not in example order: each input's rows, masked entries too, are moved
     to the place of its example id when the chunk's table is built."""
+
+    def columns(table: str, **given: np.ndarray) -> dict[str, np.ndarray]:  # the columns not given: zeros
+        n = len(next(iter(given.values())))
+        fields = [f for f in table_schemas()[table] if f.name not in ("run_id", "example_id")]
+        return {f.name: given.get(f.name, np.zeros(n, f.type.to_pandas_dtype())) for f in fields}
+
     rows = ChunkRows("r", dense=False)
-    first = {"layer": np.arange(5, dtype=np.int8), "to_first": np.ma.array(np.arange(5.0), mask=[1, 1, 0, 0, 0])}
-    edges = {"weight": np.array([0.5, 0.25, 1.0], dtype=np.float32)}
+    first = columns("attn_rows", layer=np.arange(5), to_first=np.ma.array(np.arange(5.0), mask=[1, 1, 0, 0, 0]))
+    edges = columns("attn_edges", weight=np.array([0.5, 0.25, 1.0]))
     rows.add_attention([3, 0], {"attn_rows": (first, np.array([2, 3])), "attn_edges": (edges, np.array([1, 2]))})
-    second = {"layer": np.arange(5, 9, dtype=np.int8), "to_first": np.arange(5.0, 9.0)}
-    edges = {"weight": np.array([0.75], dtype=np.float32)}
+    second = columns("attn_rows", layer=np.arange(5, 9), to_first=np.arange(5.0, 9.0))
+    edges = columns("attn_edges", weight=np.array([0.75]))
     rows.add_attention([2, 1], {"attn_rows": (second, np.array([1, 3])), "attn_edges": (edges, np.array([0, 1]))})
     table = rows.table("attn_rows")
     assert table["example_id"].to_pylist() == [0, 0, 0, 1, 1, 1, 2, 3, 3]

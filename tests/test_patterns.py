@@ -68,8 +68,10 @@ def test_each_synthetic_class_is_recognised(tmp_path):
     sep = np.array([s == "[SEP]" for s in SPECIAL])
     for e, m in enumerate(maps.values()):
         for i in range(N):
+            row = m[i]
             rows.append(
-                (e, i, m[i, cls].sum(), m[i, sep].sum(), m[i, i - 1] if i else 0.0, m[i, i + 1] if i + 1 < N else 0.0)
+                (e, i, row[cls].sum(), row[sep].sum(), row[i - 1] if i else 0.0, row[i + 1] if i + 1 < N else 0.0)
+                + (-(row * np.log(row)).sum(), row.argmax(), row[i], m[:, i].sum())
             )
             edges += [(e, i, j, m[i, j]) for j in range(N)]
     r = np.array(rows)
@@ -87,6 +89,11 @@ def test_each_synthetic_class_is_recognised(tmp_path):
             "to_sep": r[:, 3],
             "to_prev": r[:, 4],
             "to_next": r[:, 5],
+            "entropy": r[:, 6],
+            "argmax_tok": r[:, 7],
+            "to_self": r[:, 8],
+            "to_dot_comma": 0.0,  # no punctuation
+            "received": r[:, 9],
         },
         len(r),
     )

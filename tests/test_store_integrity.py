@@ -14,11 +14,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
 from atlas.catalogue import entries
-from atlas.store import Store, table_schemas
+from atlas.store import Store, table_schemas, to_table
 from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
@@ -61,6 +62,19 @@ def store_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def n_tokens(store_dir) -> int:
     return Store(store_dir).connect().execute("SELECT count(*) FROM tokens").fetchone()[0]
+
+
+def test_columns_declared_not_null_are_required_in_the_files(store_dir):
+    """What schema.sql declares NOT NULL is a required column in every file of the run (what the writer encodes
+    without validity levels); everything else stays optional, and a NULL where none may be is refused."""
+    for name, schema in table_schemas().items():
+        for path in (store_dir / "data").glob(f"*/{name}/*.parquet"):
+            required = {f.name for f in pq.read_schema(path) if not f.nullable}
+            assert required == {f.name for f in schema if not f.nullable}, path
+    assert {f.name for f in table_schemas()["attn_rows"] if f.nullable} == {"to_first"}
+    with pytest.raises(ValueError, match="attn_edges.weight: NULL in a column declared NOT NULL"):
+        keys = {"run_id": "r", "example_id": 0, "layer": 0, "head": 0, "src_tok": 0, "dst_tok": [0, 1]}
+        to_table("attn_edges", keys | {"weight": [0.5, None]}, 2)
 
 
 def test_views_hold_no_absolute_path(store_dir):
