@@ -181,11 +181,20 @@ class Store:
         """Create an empty store (folder, data folder and the DuckDB file), atomically."""
         if self.exists():
             return
+        self.make_folders()
+        self.write_database()
+
+    def make_folders(self) -> None:
+        """The store's folder and data folder, its path checked first (``create``'s first half)."""
         if self.root.exists() and not self.root.is_dir():
             raise AtlasError(f"--store '{self.root}': exists and is not a directory")
         if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
             raise AtlasError(f"--store '{self.root}': the path must not contain * ? [ ] {{ }} (file patterns)")
         self.data.mkdir(parents=True, exist_ok=True)
+
+    def write_database(self) -> None:
+        """The DuckDB file with the views and macros, and each table's schema file, unless the store has them
+        (``create``'s second half, after ``make_folders``; 0.2-0.3 s, spent by an ingest beside its first chunk)."""
         with self.writing():
             if self.exists():
                 return

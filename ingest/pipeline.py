@@ -355,13 +355,18 @@ def _stage_and_publish(
     if final.is_dir():  # published by another process before this one took the lock
         return IngestResult(run_id, True, 0, 0, 0)
     created = not store.exists()
-    store.create()
+    store.make_folders()
     staging = store.staging / run_id
     (staging / "done").mkdir(parents=True, exist_ok=True)
     for tmp in staging.rglob(".*.tmp"):
         tmp.unlink()
     try:
-        totals = stage(corpus, lm, run_id, settings, staging, progress)
+        with ThreadPoolExecutor(max_workers=1) as side:  # the database beside the first chunk's reading
+            database = side.submit(store.write_database)
+            try:
+                totals = stage(corpus, lm, run_id, settings, staging, progress)
+            finally:
+                database.result()
         if sha256_of(corpus.path) != corpus.sha256:
             shutil.rmtree(staging)
             raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
