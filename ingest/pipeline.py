@@ -178,7 +178,7 @@ def _release_freed_memory() -> None:
     """Hand the memory freed during an ingest back to the system at its end (glibc keeps it otherwise); a no-op
     without glibc. Not after each chunk: the next chunk reuses what the last one freed, where after a trim it faulted
     every page in again (UD EWT train: 781,000 page faults and 4.5 s of system time, 142,000 and 2.2 s without; the
-    peak at 5x UD EWT dev 1.04x the peak at 1x, with a trim after each chunk 1.02x)."""
+    peak at 5x UD EWT dev 1.06x the peak at 1x, as with a trim after each chunk)."""
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
