@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numba as nb
 import numpy as np
@@ -90,86 +91,122 @@ def _largest(x, n):
     return top
 
 
+class Scratch(NamedTuple):
+    """Each thread's working arrays for ``_layer`` (first axis: the thread), made once per forward batch: made for
+    each head's task, they took a tenth of the time of the pass over one-sentence inputs."""
+
+    floats: np.ndarray  # [threads, 2, m * m] float32: a head's smoothed weights and their s log s terms
+    ints: np.ndarray  # [threads, 2, m * m] int32: their bits and rank keys
+    column: np.ndarray  # [threads, m] float64: the received attention
+    to_words: np.ndarray  # [threads, m * max(words, 1)] float32: each row's attention TO each word
+    tok_word: np.ndarray  # [threads, m] int64: each token's word (-1: none)
+    word_row: np.ndarray  # [threads, 2, m] float32: a word's row of the word-level map, the largest weight TO each word
+    word_best: np.ndarray  # [threads, m] int64: the word giving it
+
+    @classmethod
+    def of(cls, n_threads: int, m: int, w_max: int) -> Scratch:
+        return cls(
+            np.empty((n_threads, 2, m * m), np.float32),
+            np.empty((n_threads, 2, m * m), np.int32),
+            np.empty((n_threads, m), np.float64),
+            np.empty((n_threads, m * max(w_max, 1)), np.float32),
+            np.empty((n_threads, m), np.int64),
+            np.empty((n_threads, 2, m), np.float32),
+            np.empty((n_threads, m), np.int64),
+        )
+
+
 @nb.njit(parallel=True, nogil=True, cache=True)
 def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
            kept_steps, per_step, causal, smoothing, offsets, row_offsets, word_offsets, entropy, argmax, masses,
-           received, dst_word, weight, from_word, from_weight, edge_dst, edge_w, edge_n):  # fmt: skip
+           received, dst_word, weight, from_word, from_weight, edge_dst, edge_w, edge_n, floats, ints, columns,
+           to_words_of, tok_words, word_rows, word_best):  # fmt: skip
     """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's rows (input after input, each input's in
     (layer, head, position) order from ``row_offsets``; word rows likewise from ``word_offsets``, for inputs of two
     words or more) and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``);
     a word's pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys
-    of a ``[n, n]`` map, flat."""
+    of a ``[n, n]`` map, flat; ``floats`` to ``tok_words``: a ``Scratch``, one thread's working arrays for each of
+    its tasks (a head of an input: thread t takes tasks t, t + threads, ...)."""
     n_batch, n_heads = attn.shape[0], attn.shape[1]
     n_targets = masses.shape[1] - 4
-    for task in nb.prange(n_batch * n_heads):
-        b, h = task // n_heads, task % n_heads
-        n = lengths[b]
-        r = layer * n_heads + h
-        nw = n_words[b]
-        slots = min(k, n)
-        base = offsets[b] + (r * n) * slots
-        row = row_offsets[b] + r * n  # this head's first row
-        word = word_offsets[b] + r * nw
-        eps_n = smoothing / n
-        ones, zero = np.float32(1 - smoothing), np.float32(eps_n)  # s = ones a + zero, in float32
-        column = np.zeros(n, np.float64)
-        to_words = np.zeros((n, max(nw, 1)), np.float32)  # TO each word: the sum over its pieces, in token order
-        top_steps = np.zeros(slots, np.int64)
-        top_pos = np.zeros(slots, np.int64)
-        target = np.zeros(n_targets, np.float64)
-        # per weight, over the head's rows at once (all m columns of each: the padding's are 0, never read)
-        m = attn.shape[3]
-        flat = attn[b, h].reshape(m * m)[: n * m]
-        each = np.empty(n * m, np.float32)
-        _s_log_s(flat, ones, zero, np.empty(n * m, np.float32), np.empty(n * m, np.int32), each)
-        keys = np.empty(n * m if kept_steps >= 0 else 0, np.int32)
-        if kept_steps >= 0:
-            _rank_keys(flat, per_step, positions[: n * m], keys)
-        for i in range(n):
-            weights = attn[b, h, i]
-            largest = _largest(weights, n)
-            best = 0
-            while weights[best] != largest:  # the first of equal maxima
-                best += 1
-            # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
-            # large error in its small logarithm)
-            terms = _sum(each, i * m, i * m + n) - each[i * m + best]
-            s = largest * (1 - smoothing) + eps_n
-            terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
-            entropy[row + i] = 0.0 - terms  # (never -0.0)
-            argmax[row + i] = best
-            for j in range(n):
-                column[j] += weights[j]
+    m = attn.shape[3]
+    n_threads = floats.shape[0]
+    for thread in nb.prange(n_threads):
+        for task in range(thread, n_batch * n_heads, n_threads):
+            b, h = task // n_heads, task % n_heads
+            n = lengths[b]
+            r = layer * n_heads + h
+            nw = n_words[b]
+            slots = min(k, n)
+            base = offsets[b] + (r * n) * slots
+            row = row_offsets[b] + r * n  # this head's first row
+            word = word_offsets[b] + r * nw
+            eps_n = smoothing / n
+            ones, zero = np.float32(1 - smoothing), np.float32(eps_n)  # s = ones a + zero, in float32
+            column = columns[thread, :n]
+            column[:] = 0.0
+            # TO each word: the sum over its pieces, in token order
+            to_words = to_words_of[thread, : n * max(nw, 1)].reshape((n, max(nw, 1)))
+            to_words[:] = 0.0
+            tok_word = tok_words[thread, :n]
+            tok_word[:] = -1
             for w in range(nw if nw >= 2 else 0):
-                total = weights[word_start[b, w]]
-                for t in range(word_start[b, w] + 1, word_stop[b, w]):
-                    total += weights[t]
-                to_words[i, w] = total
-            target[:] = 0.0
-            for q in range(n_target_tokens[b]):
-                target[target_of[b, q]] += weights[target_tok[b, q]]
-            masses[row + i, 0] = weights[i]
-            masses[row + i, 1] = weights[i - 1] if i > 0 else 0.0
-            masses[row + i, 2] = weights[i + 1] if i + 1 < n else 0.0
-            masses[row + i, 3] = weights[0]
-            for t in range(n_targets):
-                masses[row + i, 4 + t] = target[t]
-            slot = base + i * slots
-            if kept_steps < 0:  # dense: every weight (a decoder's up to its own position)
-                upto = i + 1 if causal else n
-                for j in range(upto):
-                    edge_dst[slot + j] = j
-                    edge_w[slot + j] = weights[j]
-                edge_n[b, r, i] = upto
-                continue
-            edge_n[b, r, i] = _kept_edges(n, best, slots, kept_steps, per_step, keys[i * m : i * m + n], top_steps,
-                                          top_pos, edge_dst, edge_w, slot)  # fmt: skip
-        for j in range(n):
-            received[row + j] = column[j]
-        if nw >= 2:
-            at = slice(word, word + nw)
-            _word_predictions(to_words, word_start[b], word_stop[b], nw, dst_word[at], weight[at], from_word[at],
-                              from_weight[at])  # fmt: skip
+                tok_word[word_start[b, w] : word_stop[b, w]] = w
+            top_steps = np.zeros(slots, np.int64)
+            top_pos = np.zeros(slots, np.int64)
+            target = np.zeros(n_targets, np.float64)
+            # per weight, over the head's rows at once (all m columns of each: the padding's are 0, never read)
+            flat = attn[b, h].reshape(m * m)[: n * m]
+            each = floats[thread, 0, : n * m]
+            _s_log_s(flat, ones, zero, floats[thread, 1, : n * m], ints[thread, 0, : n * m], each)
+            keys = ints[thread, 1, : n * m]
+            if kept_steps >= 0:
+                _rank_keys(flat, per_step, positions[: n * m], keys)
+            for i in range(n):
+                weights = attn[b, h, i]
+                largest = _largest(weights, n)
+                best = 0
+                while weights[best] != largest:  # the first of equal maxima
+                    best += 1
+                # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
+                # large error in its small logarithm)
+                terms = _sum(each, i * m, i * m + n) - each[i * m + best]
+                s = largest * (1 - smoothing) + eps_n
+                terms += s * math.log1p((largest - 1.0) * (1 - smoothing) - smoothing + eps_n)
+                entropy[row + i] = 0.0 - terms  # (never -0.0)
+                argmax[row + i] = best
+                for j in range(n):
+                    column[j] += weights[j]
+                if nw >= 2:
+                    for j in range(n):
+                        if tok_word[j] >= 0:
+                            to_words[i, tok_word[j]] += weights[j]
+                target[:] = 0.0
+                for q in range(n_target_tokens[b]):
+                    target[target_of[b, q]] += weights[target_tok[b, q]]
+                masses[row + i, 0] = weights[i]
+                masses[row + i, 1] = weights[i - 1] if i > 0 else 0.0
+                masses[row + i, 2] = weights[i + 1] if i + 1 < n else 0.0
+                masses[row + i, 3] = weights[0]
+                for t in range(n_targets):
+                    masses[row + i, 4 + t] = target[t]
+                slot = base + i * slots
+                if kept_steps < 0:  # dense: every weight (a decoder's up to its own position)
+                    upto = i + 1 if causal else n
+                    for j in range(upto):
+                        edge_dst[slot + j] = j
+                        edge_w[slot + j] = weights[j]
+                    edge_n[b, r, i] = upto
+                    continue
+                edge_n[b, r, i] = _kept_edges(n, best, slots, kept_steps, per_step, keys[i * m : i * m + n], top_steps,
+                                              top_pos, edge_dst, edge_w, slot)  # fmt: skip
+            for j in range(n):
+                received[row + j] = column[j]
+            if nw >= 2:
+                at = slice(word, word + nw)
+                _word_predictions(to_words, word_start[b], word_stop[b], nw, word_rows[thread, 0, :nw],
+                                  word_rows[thread, 1, :nw], word_best[thread, :nw], dst_word[at], weight[at],
+                                  from_word[at], from_weight[at])  # fmt: skip
 
 
 @nb.njit(fastmath=True, nogil=True, cache=True)
@@ -189,19 +226,16 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
     ranking is kept, while the mass before an edge is below the target (weight 0: never an edge). Each weight's rank
     is one distinct integer (its steps, then its position reversed: the row's ``keys``), so each next edge is the
     row's largest key below the last one's (a vectorised pass, no search, nothing written): a row keeps a handful.
-    Only weights of one step or more can be an edge besides the argmax: their keys are first moved to the front of
-    ``keys`` (overwritten), and the passes run over those alone."""
+    Besides the argmax (its key set to 0 in ``keys``) only weights of one step or more can be an edge."""
     top_pos[0], top_steps[0] = best, keys[best] >> POSITION_BITS  # the argmax, even below one step
     before = top_steps[0]
-    candidates = 0
-    for j in range(n):  # without a branch: each key written, counted if it is a candidate
-        key = keys[j]
-        keys[candidates] = key
-        candidates += (key >= ONE_STEP) & (j != best)
+    keys[best] = 0
     kept = 1
     key = POSITION << POSITION_BITS  # above every key
-    while kept < slots and before < kept_steps and kept <= candidates:
-        key = _largest_below(keys, candidates, key)  # keys are distinct: the next of the ranking
+    while kept < slots and before < kept_steps:
+        key = _largest_below(keys, n, key)  # keys are distinct: the next of the ranking
+        if key < ONE_STEP:
+            break
         steps = key >> POSITION_BITS
         top_pos[kept], top_steps[kept] = POSITION - (key & POSITION), steps
         before += steps
@@ -216,15 +250,13 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
 
 
 @nb.njit(nogil=True, cache=True)
-def _word_predictions(to_words, start, stop, nw, dst_word, weight, from_word, from_weight):
+def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_word, weight, from_word, from_weight):
     """Clark et al.'s word-level map of one head (FROM a word: the mean over its pieces' rows of ``to_words``,
     summed in token order) and, for every word, the other word it attends to most and the other word attending
-    to it most (the first of equal weights)."""
-    words = np.zeros((nw, nw), np.float32)
-    col_max = np.full(nw, -np.inf, np.float32)
-    col_best = np.zeros(nw, np.int64)
+    to it most (the first of equal weights); ``row``, ``col_max`` and ``col_best``: working arrays of ``nw``."""
+    col_max[:] = -np.inf
+    col_best[:] = 0
     for u in range(nw):
-        row = words[u]
         row[:] = to_words[start[u]]
         for t in range(start[u] + 1, stop[u]):
             for v in range(nw):
@@ -305,6 +337,8 @@ class CpuRows:
         self.kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
         self.per_step = np.float32(1 / weight_step)
         self.positions = np.tile(POSITION - np.arange(n_max, dtype=np.int32), n_max)
+        self.threads = max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS))
+        self.scratch = Scratch.of(self.threads, n_max, int(n_words.max()))
         if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS > 2**31:
             raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 511 steps")
         # each input's target tokens and their targets (a token may count for several)
@@ -317,14 +351,14 @@ class CpuRows:
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32, on the CPU) into the batch's rows."""
-        nb.set_num_threads(max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS)))
+        nb.set_num_threads(self.threads)
         stats, words = self.stats, self.words
         _layer(np.ascontiguousarray(attn.numpy()), self.positions, layer, self.n, self.n_words, self.word_start,
                self.word_stop, self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps,
                self.per_step, self.causal, self.smoothing, self.offsets, self.row_offsets, self.word_offsets,
                stats["entropy"], stats["argmax_tok"], stats["masses"], stats["received"], words["dst_word"],
                words["weight"], words["from_word"], words["from_weight"], self.edge_dst, self.edge_w,
-               self.edge_n)  # fmt: skip
+               self.edge_n, *self.scratch)  # fmt: skip
 
     def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
         """Rows (entropy, argmax_tok, masses ``[rows, 4 + targets]``, received) and word rows, input after input,
