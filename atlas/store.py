@@ -95,6 +95,7 @@ def write_parquet(
     split: list[str] | None = None,
     statistics: list[str] | None = None,
     delta: list[str] | None = None,
+    plain: list[str] | None = None,
 ) -> None:
     """Write a Parquet file atomically: a temporary name, fsync, then rename.
 
@@ -102,12 +103,17 @@ def write_parquet(
     distinct values) and everything else with a dictionary: ``split`` names the former (None: every float column
     whose values are not all float16-exact, found by a pass over them). ``statistics``: the columns given min/max
     statistics (what DuckDB skips row groups by; None: all). ``delta``: integer columns in sorted runs, delta
-    encoded (cheaper to write than a dictionary, as small)."""
+    encoded (cheaper to write than a dictionary, as small); ``plain``: columns left to the compression alone (long
+    runs of one value, or one sequence repeated: zstd packs them as small, at half the CPU time of delta encoding)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     if split is None:
         split = [f.name for f in table.schema if pa.types.is_floating(f.type) and not _float16_exact(table[f.name])]
-    encoding = {name: "BYTE_STREAM_SPLIT" for name in split} | {name: "DELTA_BINARY_PACKED" for name in delta or []}
+    encoding = (
+        {name: "BYTE_STREAM_SPLIT" for name in split}
+        | {name: "DELTA_BINARY_PACKED" for name in delta or []}
+        | {name: "PLAIN" for name in plain or []}
+    )
     pq.write_table(
         table,
         tmp,
