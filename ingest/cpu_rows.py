@@ -93,7 +93,7 @@ def _largest(x, n):
 
 class Scratch(NamedTuple):
     """Each thread's working arrays for ``_layer`` (first axis: the thread), made once per forward batch: made for
-    each head's task, they took a tenth of the time of the pass over one-sentence inputs."""
+    each head's task, they took about a tenth of the time of the pass over one-sentence inputs."""
 
     floats: np.ndarray  # [threads, 2, m * m] float32: a head's smoothed weights and their s log s terms
     ints: np.ndarray  # [threads, 2, m * m] int32: their bits and rank keys
@@ -125,7 +125,7 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
     (layer, head, position) order from ``row_offsets``; word rows likewise from ``word_offsets``, for inputs of two
     words or more) and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``);
     a word's pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys
-    of a ``[n, n]`` map, flat; ``floats`` to ``tok_words``: a ``Scratch``, one thread's working arrays for each of
+    of a ``[n, n]`` map, flat; ``floats`` to ``word_best``: a ``Scratch``, one thread's working arrays for each of
     its tasks (a head of an input: thread t takes tasks t, t + threads, ...)."""
     n_batch, n_heads = attn.shape[0], attn.shape[1]
     n_targets = masses.shape[1] - 4
