@@ -28,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import ray  # noqa: E402
 import torch  # noqa: E402
+from bench_ingest import WARM_UP  # noqa: E402
 
 from atlas import api  # noqa: E402
 from atlas.model.load import load_model  # noqa: E402
@@ -99,8 +100,8 @@ def main() -> None:
         ray.shutdown()
         ray_start_s = time.perf_counter() - start
 
-        # untimed, the first 64 sentences: a first run compiles the ingest's pass (bench_ingest.py's warm-up)
-        timed_ingest(write_first_sentences(corpus, 64, Path(tmp) / "warm-up.conllu"), Path(tmp) / "warm-up")
+        # untimed, as in bench_ingest.py: a first run compiles the ingest's pass
+        timed_ingest(write_first_sentences(corpus, WARM_UP, Path(tmp) / "warm-up.conllu"), Path(tmp) / "warm-up")
         shutil.rmtree(Path(tmp) / "warm-up")
         times: dict[str, list[float]] = {name: [] for name in engines}
         rows: dict[str, tuple[str, dict[str, int]]] = {}
