@@ -206,7 +206,9 @@ def test_scores_equal_the_released_probe(runs, model, shift):
             with torch.no_grad():
                 got = probe(padded([s], shift))[0].double()
                 expected = released_logits(kind, p, x, shift)
-            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4, msg=kind)
+            # float32 attention from a padded batch against one sentence at a time: sums in another order (up to
+            # 1.9e-4 apart on a CPU with AVX-512 kernels)
+            torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-3, msg=lambda m, kind=kind: f"{kind}: {m}")
 
 
 def test_training_follows_the_released_steps(runs, model, ewt_small):
