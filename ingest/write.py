@@ -131,10 +131,9 @@ class ChunkRows:
             mentions["head_word"].append(head)
             mentions["mention_type"].append(_mention_type(upos[head]))
 
-    def n_rows(self, name: str) -> int:
-        if name in self.arrays:
-            return sum(int(p["counts"].sum()) for p in self.arrays[name])
-        return len(self.lists.get(name, {}).get("example_id", ()))
+    def tables(self) -> dict[str, pa.Table]:
+        """Every table of ``EXAMPLE_TABLES`` of the chunk."""
+        return {name: self.table(name) for name in EXAMPLE_TABLES}
 
     def table(self, name: str) -> pa.Table:
         """Table ``name`` (one of ``EXAMPLE_TABLES``) of the chunk."""
@@ -172,28 +171,28 @@ def _copy_blocks(parts: list[np.ndarray], blocks: list[tuple[int, int, int, int]
     return out
 
 
-def write_chunk(run_dir: Path, chunk: int, rows: ChunkRows) -> None:
-    """Build and write a chunk's tables, two at a time (numpy and pyarrow copy and encode without the GIL; the largest
+def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table], dense: bool) -> None:
+    """Write a chunk's tables (``ChunkRows.tables``), two at a time (pyarrow encodes without the GIL; the largest
     first: the chunk's writing takes about the time of attn_edges alone). The attention tables' encodings are known
     without a pass over their values: in a sparse run every float but the entropy is fixed point or float16 (a
-    dictionary), in a dense one none is; min/max statistics only on the columns a query filters rows by. Of those
-    (sorted runs of integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than with a
-    dictionary on UD EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), the others are left to zstd
-    alone, as small and cheaper still (the example, layer and head: runs of one value; a row's source token or word:
-    the sequence 0, 1, ... repeated; on UD EWT dev 10 % less CPU time for writing the attention tables than with
-    them delta encoded, files 0.2 % smaller)."""
+    dictionary), in a dense one (``dense``) none is; min/max statistics only on the columns a query filters rows by.
+    Of those (sorted runs of integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than
+    with a dictionary on UD EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), the others are left to
+    zstd alone, as small and cheaper still (the example, layer and head: runs of one value; a row's source token or
+    word: the sequence 0, 1, ... repeated; on UD EWT dev 10 % less CPU time for writing the attention tables than
+    with them delta encoded, files 0.2 % smaller)."""
 
     def write(name: str) -> None:
-        table = rows.table(name)
+        table = tables[name]
         split = statistics = delta = plain = None
         if name in ATTENTION_TABLES:
             floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-            split = floats if rows.dense else [c for c in floats if c == "entropy"]
+            split = floats if dense else [c for c in floats if c == "entropy"]
             statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
             delta = ["src_tok"] if name == "attn_edges" else []
             plain = [c for c in statistics if c != "run_id" and c not in delta]
         write_parquet(table, run_dir / name / f"part-{chunk:05d}.parquet", split, statistics, delta, plain)
 
     with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        for done in [pool.submit(write, name) for name in sorted(EXAMPLE_TABLES, key=lambda n: -rows.n_rows(n))]:
+        for done in [pool.submit(write, name) for name in sorted(tables, key=lambda n: -tables[n].num_rows)]:
             done.result()
