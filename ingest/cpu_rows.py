@@ -31,6 +31,7 @@ POSITION_BITS = 22  # a rank key's lower bits: POSITION less the weight's positi
 POSITION = np.int32(2**POSITION_BITS - 1)
 MAX_TOKENS = 2**POSITION_BITS  # ... in an input shorter than this
 ONE_STEP = np.int32(1 << POSITION_BITS)  # the smallest key of a weight of one step or more
+MAX_KEY = np.int32(2**31 - 1)  # above every key: weights of at most 510 steps (see CpuRows)
 SQRT2 = np.float32(math.sqrt(2))
 # Cephes' logf: log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], relative error about 1e-7
 LOG_POLY = tuple(np.float32(c) for c in (
@@ -101,7 +102,7 @@ class Scratch(NamedTuple):
     to_words: np.ndarray  # [threads, m * max(words, 1)] float32: each row's attention TO each word
     tok_word: np.ndarray  # [threads, m] int64: each token's word (-1: none)
     word_row: np.ndarray  # [threads, 2, m] float32: a word's row of the word-level map, the largest weight TO each word
-    word_best: np.ndarray  # [threads, m] int64: the word giving it
+    word_best: np.ndarray  # [threads, m] int32: the word giving it
 
     @classmethod
     def of(cls, n_threads: int, m: int, w_max: int) -> Scratch:
@@ -112,7 +113,7 @@ class Scratch(NamedTuple):
             np.empty((n_threads, m * max(w_max, 1)), np.float32),
             np.empty((n_threads, m), np.int64),
             np.empty((n_threads, 2, m), np.float32),
-            np.empty((n_threads, m), np.int64),
+            np.empty((n_threads, m), np.int32),
         )
 
 
@@ -212,10 +213,11 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
 @nb.njit(fastmath=True, nogil=True, cache=True)
 def _largest_below(x, n, bound):
     """The largest of ``x[:n]`` below ``bound`` (-1 if none; vectorised)."""
-    none = x[0] - x[0] - 1
+    none = np.int32(-1)  # int32 throughout: eight keys to a vector (mixed with int64, four)
     top = none
     for j in range(n):
-        top = max(top, x[j] if x[j] < bound else none)
+        key = x[j]
+        top = max(top, key if key < bound else none)
     return top
 
 
@@ -231,7 +233,7 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
     before = top_steps[0]
     keys[best] = 0
     kept = 1
-    key = POSITION << POSITION_BITS  # above every key
+    key = MAX_KEY  # above every key
     while kept < slots and before < kept_steps:
         key = _largest_below(keys, n, key)  # keys are distinct: the next of the ranking
         if key < ONE_STEP:
@@ -252,28 +254,35 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
 @nb.njit(nogil=True, cache=True)
 def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_word, weight, from_word, from_weight):
     """Clark et al.'s word-level map of one head (FROM a word: the mean over its pieces' rows of ``to_words``,
-    summed in token order) and, for every word, the other word it attends to most and the other word attending
-    to it most (the first of equal weights); ``row``, ``col_max`` and ``col_best``: working arrays of ``nw``."""
+    summed in token order; a word of one piece: its row as it is, where no other word reads it) and, for every word,
+    the other word it attends to most and the other word attending to it most (the first of equal weights); ``row``,
+    ``col_max`` and ``col_best`` (int32: vectorised beside the float32 weights): working arrays of ``nw``."""
     col_max[:] = -np.inf
     col_best[:] = 0
     for u in range(nw):
-        row[:] = to_words[start[u]]
-        for t in range(start[u] + 1, stop[u]):
+        first, past = start[u], stop[u]
+        if past - first == 1:
+            mean = to_words[first]
+        else:
+            mean = row
+            mean[:] = to_words[first]
+            for t in range(first + 1, past):
+                for v in range(nw):
+                    mean[v] += to_words[t, v]
+            scale = np.float32(1.0 / (past - first))
             for v in range(nw):
-                row[v] += to_words[t, v]
-        scale = np.float32(1.0 / (stop[u] - start[u]))
-        for v in range(nw):
-            row[v] *= scale
-        row[u] = -np.inf  # never the word itself
-        largest = _largest(row, nw)
+                mean[v] *= scale
+        mean[u] = -np.inf  # never the word itself
+        largest = _largest(mean, nw)
         best = 0
-        while row[best] != largest:
+        while mean[best] != largest:
             best += 1
         dst_word[u], weight[u] = best, largest
+        source = np.int32(u)
         for v in range(nw):
-            better = row[v] > col_max[v]
-            col_max[v] = row[v] if better else col_max[v]
-            col_best[v] = u if better else col_best[v]
+            better = mean[v] > col_max[v]
+            col_max[v] = mean[v] if better else col_max[v]
+            col_best[v] = source if better else col_best[v]
     for v in range(nw):
         from_word[v], from_weight[v] = col_best[v], col_max[v]
 
@@ -339,8 +348,8 @@ class CpuRows:
         self.positions = np.tile(POSITION - np.arange(n_max, dtype=np.int32), n_max)
         self.threads = max(1, min(torch.get_num_threads(), nb.config.NUMBA_NUM_THREADS))
         self.scratch = Scratch.of(self.threads, n_max, int(n_words.max()))
-        if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS > 2**31:
-            raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 511 steps")
+        if n_max >= MAX_TOKENS or (self.per_step + 1) * MAX_TOKENS >= 2**31:
+            raise ValueError(f"rank keys hold inputs of fewer than {MAX_TOKENS} tokens, weights of up to 510 steps")
         # each input's target tokens and their targets (a token may count for several)
         self.n_target_tokens = masks.sum(axis=(1, 2)).astype(np.int64)
         self.target_tok = np.zeros((n_batch, max(1, int(self.n_target_tokens.max(initial=0)))), dtype=np.int64)
