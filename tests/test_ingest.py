@@ -82,16 +82,14 @@ def test_every_attention_row_is_complete_in_the_sparse_store(sparse_store):
 def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatch):
     corpus = cut_conllu(EWT_SAMPLE, 30, tmp_path / "c.conllu")
     whole, run_id = make_store(tmp_path / "whole", corpus, model, chunk_examples=8)
-    calls = {"n": 0}
-    real = pipeline.write_chunk
+    real = pipeline.write_table
 
-    def crash_on_third(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
+    def crash_on_third(run_dir, chunk, *rest):
+        if chunk == 2:
             raise KeyboardInterrupt
-        real(*args, **kwargs)
+        real(run_dir, chunk, *rest)
 
-    monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
+    monkeypatch.setattr(pipeline, "write_table", crash_on_third)
     store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
@@ -100,10 +98,10 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
     assert done_before == ["00000.json", "00001.json"]
 
-    seen = []
-    monkeypatch.setattr(pipeline, "write_chunk", lambda d, chunk, *rest: (seen.append(chunk), real(d, chunk, *rest)))
+    seen = set()
+    monkeypatch.setattr(pipeline, "write_table", lambda d, chunk, *rest: (seen.add(chunk), real(d, chunk, *rest)))
     result = pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
-    assert result.run_id == run_id and seen == [2, 3]  # only the unfinished chunks were computed again
+    assert result.run_id == run_id and seen == {2, 3}  # only the unfinished chunks were computed again
     assert gc.get_freeze_count() == 0
     for name in TABLES:
         assert table(store, name, run_id).equals(table(whole, name, run_id)), name

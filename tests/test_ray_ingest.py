@@ -160,9 +160,9 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
 
     monkeypatch.undo()
     done_before = staged_chunks(store, run_id)
-    seen: list[int] = []
-    real_write = pipeline.write_chunk
-    monkeypatch.setattr(pipeline, "write_chunk", lambda d, c, *rest: (seen.append(c), real_write(d, c, *rest)))
+    seen: set[int] = set()
+    real_write = pipeline.write_table
+    monkeypatch.setattr(pipeline, "write_table", lambda d, c, *rest: (seen.add(c), real_write(d, c, *rest)))
     result = pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False)
     assert sorted(seen) == [c for c in range(6) if c not in done_before]  # only the unfinished chunks, here
     assert_same_store(store, whole, result.run_id)
@@ -174,16 +174,14 @@ def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_pat
     published; a ray ingest then completes it."""
     run_id = whole[1]
     store = Store(tmp_path / "interrupted")
-    real_write = pipeline.write_chunk
-    calls = {"n": 0}
+    real_write = pipeline.write_table
 
-    def crash_on_third(*args):
-        calls["n"] += 1
-        if calls["n"] == 3:
+    def crash_on_third(run_dir, chunk, *rest):
+        if chunk == 2:
             raise KeyboardInterrupt
-        real_write(*args)
+        real_write(run_dir, chunk, *rest)
 
-    monkeypatch.setattr(pipeline, "write_chunk", crash_on_third)
+    monkeypatch.setattr(pipeline, "write_table", crash_on_third)
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False)
     assert staged_chunks(store, run_id) == [0, 1]
