@@ -154,7 +154,10 @@ def _in_example_order(batches: list[Columns]) -> Columns:
     batch = np.repeat(np.arange(len(batches)), [len(p["counts"]) for p in batches])
     start = np.concatenate([np.cumsum(p["counts"]) - p["counts"] for p in batches])  # in its batch's columns
     blocks = list(zip(batch.tolist(), start.tolist(), place.tolist(), counts.tolist(), strict=True))
-    cols = {"example_id": np.repeat(ids[order], counts[order]).astype(np.int32)}
+    example_id = np.empty(int(counts.sum()), dtype=np.int32)
+    for example, to, n in zip(ids.tolist(), place.tolist(), counts.tolist(), strict=True):
+        example_id[to : to + n] = example  # np.repeat: 30 times the time, with an input's thousands of rows
+    cols = {"example_id": example_id}
     for key in [k for k in batches[0] if k not in ("example_ids", "counts")]:
         parts = [p[key] for p in batches]
         cols[key] = _copy_blocks([np.ma.getdata(p) for p in parts], blocks)
