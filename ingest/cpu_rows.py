@@ -33,6 +33,7 @@ MAX_TOKENS = 2**POSITION_BITS  # ... in an input shorter than this
 ONE_STEP = np.int32(1 << POSITION_BITS)  # the smallest key of a weight of one step or more
 MAX_KEY = np.int32(2**31 - 1)  # above every key: weights of at most 510 steps (see CpuRows)
 SQRT2 = np.float32(math.sqrt(2))
+NEVER = np.float32(-1)  # a word's own place in its row of the word-level map: below every weight
 # Cephes' logf: log(1 + f) for f in [sqrt(1/2) - 1, sqrt(2) - 1], relative error about 1e-7
 LOG_POLY = tuple(np.float32(c) for c in (
     7.0376836292e-2, -1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1, -1.6668057665e-1,
@@ -83,13 +84,18 @@ def _sum(x, start, stop):
     return total
 
 
-@nb.njit(fastmath=True, nogil=True, cache=True)
-def _largest(x, n):
-    """The largest of ``x[:n]`` (vectorised: attention weights are finite)."""
-    top = x[0]
+@nb.njit(nogil=True, cache=True)
+def _first_largest(x, n):
+    """Where the largest of ``x[:n]`` is first (float32, non-negative but for any of one negative value): compared
+    as their bits (the order of non-negative floats), vectorised, where a float maximum is not."""
+    bits = x[:n].view(np.int32)
+    top = bits[0]
     for j in range(1, n):
-        top = max(top, x[j])
-    return top
+        top = max(top, bits[j])
+    best = 0
+    while bits[best] != top:
+        best += 1
+    return best
 
 
 class Scratch(NamedTuple):
@@ -165,10 +171,8 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
                 _rank_keys(flat, per_step, positions[: n * m], keys)
             for i in range(n):
                 weights = attn[b, h, i]
-                largest = _largest(weights, n)
-                best = 0
-                while weights[best] != largest:  # the first of equal maxima
-                    best += 1
+                best = _first_largest(weights, n)  # the first of equal maxima
+                largest = weights[best]
                 # entropy: the largest weight's term again in float64 (near 1, a float32 s is off by up to 6e-8, a
                 # large error in its small logarithm)
                 terms = _sum(each, i * m, i * m + n) - each[i * m + best]
@@ -272,12 +276,9 @@ def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_wor
             scale = np.float32(1.0 / (past - first))
             for v in range(nw):
                 mean[v] *= scale
-        mean[u] = -np.inf  # never the word itself
-        largest = _largest(mean, nw)
-        best = 0
-        while mean[best] != largest:
-            best += 1
-        dst_word[u], weight[u] = best, largest
+        mean[u] = NEVER  # never the word itself
+        best = _first_largest(mean, nw)
+        dst_word[u], weight[u] = best, mean[best]
         source = np.int32(u)
         for v in range(nw):
             better = mean[v] > col_max[v]
