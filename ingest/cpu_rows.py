@@ -86,8 +86,8 @@ def _sum(x, start, stop):
 
 @nb.njit(nogil=True, cache=True)
 def _first_largest(x, n):
-    """Where the largest of ``x[:n]`` is first (float32, non-negative but for any of one negative value): compared
-    as their bits (the order of non-negative floats), vectorised, where a float maximum is not."""
+    """Where the largest of ``x[:n]`` is first (float32, all non-negative but at most one, which is below them all):
+    compared as their bits, which non-negative floats order alike; vectorised, where a float maximum is not."""
     bits = x[:n].view(np.int32)
     top = bits[0]
     for j in range(1, n):
