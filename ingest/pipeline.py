@@ -42,7 +42,7 @@ from ingest.device import resolve_device
 from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
 from ingest.sparsify import BatchRows
-from ingest.write import ATTENTION_TABLES, EXAMPLE_TABLES, WRITERS, ChunkRows, write_chunk, write_table
+from ingest.write import ATTENTION_TABLES, EXAMPLE_TABLES, WRITE_ORDER, WRITERS, ChunkRows, write_chunk, write_table
 
 # oneDNN (torch's CPU kernels) keeps the code it compiles for each shape of a forward batch, 1,024 shapes by
 # default: as an ingest meets new batch shapes its memory grew with the corpus (1.14x at 5x the corpus); 8 keep it
@@ -53,7 +53,6 @@ ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layer
 PADDING = 1.25  # a forward batch's padded attention weights: at most this many times its examples' own, ...
 MIN_BATCH = 8  # ... past this many examples (a batch of one computes some maps a bit differently on 1 or 2 threads)
 WRITER_NICENESS = 10  # the Parquet writer threads', above the model's (see _yield_to_the_model)
-WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from ingest.sparsify import Columns, Table
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
 WRITERS = 2  # threads writing a chunk's tables
+WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
 
@@ -194,9 +195,8 @@ def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bo
 
 
 def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table], dense: bool) -> None:
-    """Write a chunk's tables (``ChunkRows.tables``), two at a time (pyarrow encodes without the GIL; the largest
-    first: the chunk's writing takes about the time of attn_edges alone)."""
+    """Write a chunk's tables (``ChunkRows.tables``), two at a time (pyarrow encodes without the GIL; in
+    ``WRITE_ORDER``: the chunk's writing takes about the time of attn_edges alone)."""
     with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        order = sorted(tables, key=lambda n: -tables[n].num_rows)
-        for done in [pool.submit(write_table, run_dir, chunk, name, tables[name], dense) for name in order]:
+        for done in [pool.submit(write_table, run_dir, chunk, name, tables[name], dense) for name in WRITE_ORDER]:
             done.result()
