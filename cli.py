@@ -23,9 +23,9 @@ from atlas.cli_options import (
     store_option,
 )
 from atlas.errors import AtlasError
+from atlas.ingest.run_id import DEVICES
 from atlas.output import emit
 from atlas.tasks.commands import TASK_COMMANDS
-from ingest.run_id import DEVICES
 
 _store = store_at  # the store named by --store or $ATLAS_STORE
 
@@ -550,5 +550,5 @@ def main() -> None:
     cli(prog_name="atlas")
 
 
-if __name__ == "__main__":  # python -m cli: every command is registered above
+if __name__ == "__main__":  # python -m atlas.cli: every command is registered above
     main()

@@ -401,7 +401,7 @@ def ingest(
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
-    from ingest.run_id import Settings, check_device_name, ingested_run
+    from atlas.ingest.run_id import Settings, check_device_name, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
@@ -418,11 +418,11 @@ def ingest(
     )
     if known is not None:
         return Ingested(known, target.root, True, 0, 0, 0)
+    from atlas.ingest.corpus import check_corpus
+    from atlas.ingest.device import resolve_device
+    from atlas.ingest.pipeline import ingest as run_ingest
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
-    from ingest.corpus import check_corpus
-    from ingest.device import resolve_device
-    from ingest.pipeline import ingest as run_ingest
 
     stage = _ray_engine(ray_address, workers, gpus_per_worker) if engine == "ray" else None
     if engine != "ray":  # Ray's workers find their own devices
@@ -466,7 +466,7 @@ def _check_engine_options(
 def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:
     """The staging of ``--engine ray``; Ray is imported here only."""
     try:
-        from ingest.ray_engine import RayEngine
+        from atlas.ingest.ray_engine import RayEngine
     except ModuleNotFoundError as exc:
         if exc.name != "ray" and not (exc.name or "").startswith("ray."):
             raise
@@ -501,7 +501,7 @@ def _check_ingest_options(
             if handle.read(2) == b"\x1f\x8b":
                 raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
     if fmt == "glue":
-        from ingest.glue_tsv import task_spec
+        from atlas.ingest.glue_tsv import task_spec
 
         if pack is not None:
             raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")

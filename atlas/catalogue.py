@@ -20,14 +20,15 @@ import difflib
 import re
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
+from importlib import resources
+from importlib.resources.abc import Traversable
 
 import duckdb
 import polars as pl
 
 from atlas.errors import AtlasError
 
-QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
+QUERIES = resources.files("atlas") / "queries"  # the repository's queries/, installed as atlas/queries
 _DEFAULT = re.compile(r"\(default: ([^)]*)\)\s*$")
 _STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "what", "which"}
 
@@ -48,7 +49,7 @@ class Entry:
     parameters: tuple[Parameter, ...]
     plot: tuple[str, ...]  # figure kind ('heatmap' or 'layers') and the columns it shows; empty: none
     sql: str
-    path: Path = field(compare=False)
+    path: Traversable = field(compare=False)
 
     def bind(self, values: dict[str, str]) -> dict[str, object]:
         """Parameter values for DuckDB: given ones converted to the default's type, else defaults."""
@@ -78,7 +79,7 @@ def _convert(p: Parameter, raw: str) -> object:
     return raw
 
 
-def parse_entry(path: Path) -> Entry:
+def parse_entry(path: Traversable) -> Entry:
     meta: dict[str, str] = {}
     params: list[Parameter] = []
     key = None
@@ -106,7 +107,7 @@ def parse_entry(path: Path) -> Entry:
 
 @cache
 def entries() -> tuple[Entry, ...]:
-    return tuple(parse_entry(p) for p in sorted(QUERIES_DIR.glob("*.sql")))
+    return tuple(parse_entry(p) for p in sorted(QUERIES.iterdir(), key=lambda p: p.name) if p.name.endswith(".sql"))
 
 
 def _norm(text: str) -> str:

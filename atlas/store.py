@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -52,7 +53,7 @@ import pyarrow.parquet as pq
 from atlas.errors import AtlasError
 from atlas.macros import macros_state, write_macros
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schema.sql"
+SCHEMA_FILE = resources.files("atlas") / "schema.sql"  # the repository's schema.sql, installed in atlas/
 DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
 PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place

@@ -48,17 +48,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
+from atlas.ingest.align import is_punct  # noqa: E402
+from atlas.ingest.conllu import write_first_sentences  # noqa: E402
+from atlas.ingest.corpus import CorpusInfo, check_corpus  # noqa: E402
+from atlas.ingest.device import resolve_device  # noqa: E402
+from atlas.ingest.examples import Inputs  # noqa: E402
+from atlas.ingest.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 from atlas.model.capture import recording  # noqa: E402
 from atlas.model.forward import attention_maps, model_inputs  # noqa: E402
 from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
-from ingest.align import is_punct  # noqa: E402
-from ingest.conllu import write_first_sentences  # noqa: E402
-from ingest.corpus import CorpusInfo, check_corpus  # noqa: E402
-from ingest.device import resolve_device  # noqa: E402
-from ingest.examples import Inputs  # noqa: E402
-from ingest.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 
 WARM_UP = 64  # sentences ingested before anything is timed (see warm_up)
 # --sweep-sentences: (kept mass, max edges) settings, dense last

@@ -29,20 +29,28 @@ import torch
 import transformers
 from tqdm import tqdm
 
-import atlas
 from atlas.errors import AtlasError
+from atlas.ingest.align import AlignedSentence, align
+from atlas.ingest.conllu import Sentence
+from atlas.ingest.corpus import CorpusInfo, read_corpus, sha256_of
+from atlas.ingest.device import resolve_device
+from atlas.ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
+from atlas.ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
+from atlas.ingest.sparsify import BatchRows
+from atlas.ingest.write import (
+    ATTENTION_TABLES,
+    EXAMPLE_TABLES,
+    WRITE_ORDER,
+    WRITERS,
+    ChunkRows,
+    write_chunk,
+    write_table,
+)
 from atlas.model.forward import stream_attention
 from atlas.model.kinds import END_ROLES, START_ROLES, is_decoder
 from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
-from ingest.align import AlignedSentence, align
-from ingest.conllu import Sentence
-from ingest.corpus import CorpusInfo, read_corpus, sha256_of
-from ingest.device import resolve_device
-from ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
-from ingest.sparsify import BatchRows
-from ingest.write import ATTENTION_TABLES, EXAMPLE_TABLES, WRITE_ORDER, WRITERS, ChunkRows, write_chunk, write_table
+from atlas.version import __version__
 
 # oneDNN (torch's CPU kernels) keeps the code it compiles for each shape of a forward batch, 1,024 shapes by
 # default: as an ingest meets new batch shapes its memory grew with the corpus (1.14x at 5x the corpus); 8 keep it
@@ -423,7 +431,7 @@ def _stage_and_publish(
         "n_tokens": totals["tokens"],
         "n_edges": totals["edges"],
         "created_at": [datetime.now(UTC).replace(tzinfo=None)],
-        "atlas_version": atlas.__version__,
+        "atlas_version": __version__,
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }

@@ -31,11 +31,11 @@ from ray.exceptions import RayError
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.ingest.corpus_info import CorpusInfo
+from atlas.ingest.examples import Example, Inputs
+from atlas.ingest.pipeline import chunks, done_marker, read_marker, stage_chunk
+from atlas.ingest.run_id import Settings
 from atlas.model.load import LoadedModel, load_model
-from ingest.corpus_info import CorpusInfo
-from ingest.examples import Example, Inputs
-from ingest.pipeline import chunks, done_marker, read_marker, stage_chunk
-from ingest.run_id import Settings
 
 # Ray schedules actors by the CPUs they claim; an actor claiming a whole CPU starves Ray Data's own tasks on a
 # machine with few cores, and the torch threads of a worker do not depend on the claim.

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Protocol
 
 from atlas.errors import AtlasError
+from atlas.ingest.corpus_info import CorpusInfo, sha256_of
+from atlas.ingest.glue_tsv import task_spec
 from atlas.model.identity import DEFAULT_MODEL, model_identity
-from ingest.corpus_info import CorpusInfo, sha256_of
-from ingest.glue_tsv import task_spec
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
 MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting)

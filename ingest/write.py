@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from atlas.ingest.align import is_punct
+from atlas.ingest.examples import Example, Layout
+from atlas.ingest.sparsify import Columns, Table
 from atlas.store import to_table, write_parquet
-from ingest.align import is_punct
-from ingest.examples import Example, Layout
-from ingest.sparsify import Columns, Table
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")

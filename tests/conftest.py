@@ -9,11 +9,11 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from atlas.ingest.conllu import write_first_sentences  # noqa: E402
+from atlas.ingest.corpus import check_corpus  # noqa: E402
+from atlas.ingest.pipeline import Settings, ingest  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
-from ingest.conllu import write_first_sentences  # noqa: E402
-from ingest.corpus import check_corpus  # noqa: E402
-from ingest.pipeline import Settings, ingest  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EWT_SAMPLE = ROOT / "samples" / "ud" / "en_ewt-ud-dev-sample.conllu"

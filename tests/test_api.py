@@ -17,10 +17,10 @@ from PIL import Image
 from polars.testing import assert_frame_equal
 
 import atlas
+from atlas.cli import cli
+from atlas.ingest.run_id import MAX_EDGES
 from atlas.plot import save
 from atlas.store import table_schemas
-from cli import cli
-from ingest.run_id import MAX_EDGES
 from tests.conftest import EWT_SAMPLE, cut_conllu
 from tests.reference import dense_inputs, read_sentences
 

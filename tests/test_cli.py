@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from atlas.cli import cli
 from atlas.store import Store
-from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 

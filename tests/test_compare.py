@@ -19,11 +19,11 @@ from polars.testing import assert_frame_equal, assert_series_equal
 
 import atlas
 from atlas.catalogue import resolve
+from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.macros import compare_macro_name
 from atlas.model.load import load_model
 from atlas.plot import save
-from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 from tests.test_macros import assert_same, macro_columns, shell
 

@@ -21,10 +21,10 @@ from transformers import AutoModel, AutoTokenizer
 
 from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
+from atlas.ingest.corpus import check_corpus
+from atlas.ingest.framenet import Exemplar, exemplars, frames_for, read_framenet, rejection
+from atlas.ingest.pipeline import Settings, ingest
 from atlas.store import Store
-from ingest.corpus import check_corpus
-from ingest.framenet import Exemplar, exemplars, frames_for, read_framenet, rejection
-from ingest.pipeline import Settings, ingest
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "framenet"
 LU = SAMPLE / "lu"

@@ -9,14 +9,14 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import ingest.pipeline as pipeline
+import atlas.ingest.pipeline as pipeline
+from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.ingest.corpus import check_corpus
+from atlas.ingest.run_id import MAX_EDGES
+from atlas.ingest.write import ChunkRows
 from atlas.model.load import load_model
 from atlas.store import Store, table_schemas
-from cli import cli
-from ingest.corpus import check_corpus
-from ingest.run_id import MAX_EDGES
-from ingest.write import ChunkRows
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import dense_attention, read_sentences
 

@@ -26,9 +26,9 @@ import torch
 from click.testing import CliRunner
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+from atlas.cli import cli
 from atlas.model.load import default_model_path
 from atlas.store import Store
-from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def _run_killed(args: list[str], store: Path, out: Path | None, delay: float | N
     """Run ``atlas ARGS`` and kill -9 it after ``delay`` seconds, or (None) when it starts writing; True if
     it was killed before it finished."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", "atlas.cli", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     start = time.monotonic()
     while proc.poll() is None:

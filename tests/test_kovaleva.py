@@ -20,12 +20,12 @@ from click.testing import CliRunner
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from atlas.catalogue import resolve, run_entry
+from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.ingest.corpus import check_corpus
+from atlas.ingest.pipeline import Settings, ingest
 from atlas.model.load import load_model
 from atlas.store import Store
-from cli import cli
-from ingest.corpus import check_corpus
-from ingest.pipeline import Settings, ingest
 
 MRPC = Path(__file__).resolve().parent.parent / "samples" / "glue" / "MRPC" / "dev.tsv"
 ROWS = [*range(1, 13), 80, 99]  # the first 12 examples, and two with "don't" and "won't"

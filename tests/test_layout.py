@@ -20,12 +20,12 @@ from tokenizers_helpers import TOKENIZERS, bert_wordpiece, gpt2_bpe, roberta_bpe
 from transformers import PreTrainedTokenizerFast
 
 from atlas.errors import AtlasError
-from ingest.align import align, is_punct
-from ingest.conllu import Sentence, Word, read_conllu
-from ingest.examples import Example, Inputs, Layout, group_examples
-from ingest.pipeline import _targets
-from ingest.template import read_template, role_of
-from ingest.text_corpus import read_text
+from atlas.ingest.align import align, is_punct
+from atlas.ingest.conllu import Sentence, Word, read_conllu
+from atlas.ingest.examples import Example, Inputs, Layout, group_examples
+from atlas.ingest.pipeline import _targets
+from atlas.ingest.template import read_template, role_of
+from atlas.ingest.text_corpus import read_text
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent

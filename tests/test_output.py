@@ -15,9 +15,9 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 
+from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.output import Result, output_format, render_table
-from cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,7 +102,7 @@ def test_format_from_the_file_name(tmp_path):
 
 def _peak_rss_mb(*args: str) -> float:
     code = (
-        "import resource, sys; from cli import cli; sys.argv = ['atlas', *sys.argv[1:]]\n"
+        "import resource, sys; from atlas.cli import cli; sys.argv = ['atlas', *sys.argv[1:]]\n"
         "try:\n    cli(prog_name='atlas')\nexcept SystemExit:\n    pass\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, file=sys.stderr)"
     )

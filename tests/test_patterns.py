@@ -152,7 +152,7 @@ def test_cnn_learns_synthetic_classes():
 def test_cnn_labels_file_errors(tmp_path):
     from click.testing import CliRunner
 
-    from cli import cli
+    from atlas.cli import cli
 
     bad = tmp_path / "labels.csv"
     bad.write_text("example_id,layer,pattern\n0,1,Vertical\n")

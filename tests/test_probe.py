@@ -21,11 +21,11 @@ from click.testing import CliRunner
 from transformers import AutoTokenizer
 
 from atlas.catalogue import resolve, run_entry
+from atlas.cli import cli
 from atlas.model.load import load_model
 from atlas.probe import Settings, run, train
 from atlas.probe_data import Glove, load_sentences, padded
 from atlas.probe_models import AttnGlove, AttnOnly, DistancesGlove
-from cli import cli
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
 from tests.reference import RefSentence, dense_attention, read_sentences, unit_map
 

@@ -19,7 +19,7 @@ from click.testing import CliRunner
 
 import atlas
 from atlas.catalogue import resolve
-from cli import cli
+from atlas.cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 

@@ -14,8 +14,8 @@ import pytest
 
 from atlas import api
 from atlas.errors import AtlasError
+from atlas.ingest.run_id import Settings, ingested_run
 from atlas.model.identity import config_hash, model_identity
-from ingest.run_id import Settings, ingested_run
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
 
 MRPC = ROOT / "samples" / "glue" / "MRPC" / "dev.tsv"
@@ -75,7 +75,7 @@ def test_a_rerun_answers_without_importing_torch(tmp_path, random_init):
     api.ingest(corpus, store=store, random_init=random_init, progress=False)
     args = ["ingest", "--corpus", str(corpus), "--store", str(store), *(["--random-init"] if random_init else [])]
     script = (
-        "import json, sys; from click.testing import CliRunner; from cli import cli; "
+        "import json, sys; from click.testing import CliRunner; from atlas.cli import cli; "
         f"r = CliRunner().invoke(cli, {args!r}); "
         "print(json.dumps([r.exit_code, r.output, 'torch' in sys.modules, 'transformers' in sys.modules]))"
     )

@@ -19,8 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from atlas.catalogue import entries
+from atlas.cli import cli
 from atlas.store import Store, table_schemas, to_table
-from cli import cli
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,14 +137,14 @@ def test_a_read_only_store_answers_every_query_and_is_left_as_it_was(read_only_c
         db = str(read_only_copy / "atlas.duckdb")
         assert duckdb_cli(db, "SELECT count(*) FROM tokens", Path("/"), user=nobody) == str(n_tokens)
         done = subprocess.run(
-            [*nobody, sys.executable, "-m", "cli", "sql", "SELECT count(*) AS n FROM words", "--store",
+            [*nobody, sys.executable, "-m", "atlas.cli", "sql", "SELECT count(*) AS n FROM words", "--store",
              str(read_only_copy), "--format", "csv"],
             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )  # fmt: skip
         assert done.returncode == 0 and int(done.stdout.split()[1]) > 0, done.stderr
         run_id = Store(read_only_copy).run_ids()[0]
         done = subprocess.run(
-            [*nobody, sys.executable, "-m", "cli", "rm", run_id, "--store", str(read_only_copy)],
+            [*nobody, sys.executable, "-m", "atlas.cli", "rm", run_id, "--store", str(read_only_copy)],
             cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         )  # fmt: skip
         assert done.returncode == 1 and "cannot write to this store (Permission denied)" in done.stderr, done.stderr

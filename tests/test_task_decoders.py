@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from tokenizers_helpers import gpt2_bpe, save
 from transformers import AutoModel, GPT2Config
 
-from cli import cli
+from atlas.cli import cli
 
 TSV = "sentence\tlabel\nit is good .\t1\nit is bad and long indeed .\t0\n"
 

@@ -14,7 +14,9 @@ from sklearn.metrics import f1_score
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
 from atlas.catalogue import resolve, run_entry
+from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.ingest.glue_tsv import TASKS, load_split, read_tsv, task_spec
 from atlas.model.capture import recording
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import default_model_path
@@ -24,8 +26,6 @@ from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_t
 from atlas.tasks.finetune import BertAdam, TrainSettings, subset, train, warmup_linear
 from atlas.tasks.importance import example_losses, head_importance, normalise, pruned_counts, pruning_and_single_heads
 from atlas.tasks.metrics import metrics
-from cli import cli
-from ingest.glue_tsv import TASKS, load_split, read_tsv, task_spec
 
 GLUE = Path(__file__).resolve().parent.parent / "samples" / "glue"
 N_LAYERS, N_HEADS = 3, 4

@@ -14,13 +14,13 @@ import pytest
 from click.testing import CliRunner
 
 from atlas.catalogue import resolve, run_entry
+from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.ingest.corpus import check_corpus
+from atlas.ingest.glue_corpus import _nlp
+from atlas.ingest.pipeline import Settings, ingest
+from atlas.ingest.text_corpus import read_articles, read_pairs, read_text, truncate_pair
 from atlas.store import Store
-from cli import cli
-from ingest.corpus import check_corpus
-from ingest.glue_corpus import _nlp
-from ingest.pipeline import Settings, ingest
-from ingest.text_corpus import read_articles, read_pairs, read_text, truncate_pair
 from tests.conftest import ROOT
 from tests.reference import RefSentence, dense_inputs, surface
 

@@ -13,14 +13,17 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import atlas
-from atlas.api import Atlas
 from atlas.catalogue import Entry, entries
 from atlas.errors import AtlasError
 from atlas.plot import figure
 from atlas.report.explorer import chosen_examples, run_payload
 from atlas.report.page import Block, Section, esc, fields, page, png, table
+from atlas.version import __version__
+
+if TYPE_CHECKING:
+    from atlas.api import Atlas
 
 SUFFIXES = (".html", ".htm")
 
@@ -68,7 +71,7 @@ def write_report(
     explorer = {"runs": [run_payload(con, r, ids) for r in runs]} if ids else None
     title = f"Attention Atlas report: {run_id}" + (f" beside {compare_id}" if compare_id else "")
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    subtitle = f"store {st.store.root.resolve()}; written {written} by atlas {atlas.__version__}"
+    subtitle = f"store {st.store.root.resolve()}; written {written} by atlas {__version__}"
     text = page(title, subtitle, fields(meta), explorer, sections)
     tmp = out.with_name(f".{out.name}.tmp")
     try:

@@ -19,10 +19,10 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification
 
 from atlas.errors import AtlasError
+from atlas.ingest.glue_tsv import Examples, TaskSpec
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import LoadedModel, load_model
 from atlas.tasks.metrics import metrics
-from ingest.glue_tsv import Examples, TaskSpec
 
 TASK_FILE = "atlas_task.json"  # what a checkpoint folder records about its task and training
 

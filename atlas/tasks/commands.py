@@ -20,7 +20,7 @@ limit_option = click.option(
 
 
 def _dev(spec, data: str, limit: int | None):
-    from ingest.glue_tsv import load_split
+    from atlas.ingest.glue_tsv import load_split
 
     return load_split(spec, data, "dev").head(limit)
 
@@ -63,11 +63,11 @@ def finetune(
     store_path: str | None,
 ) -> None:
     """Fine-tune an encoder on a GLUE task (CPU), save it, and record its dev metrics in the store."""
+    from atlas.ingest.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import load_task_model
     from atlas.tasks.finetune import TrainSettings, check_out
     from atlas.tasks.finetune import finetune as run
     from atlas.tasks.record import write_task_model
-    from ingest.glue_tsv import load_split, task_spec
 
     spec = task_spec(task)
     check_out(out)
@@ -105,10 +105,10 @@ def ablate(
     fmt: str,
 ) -> None:
     """Disable every head and every layer in turn (uniform attention or masked output); store the scores."""
+    from atlas.ingest.glue_tsv import task_spec
     from atlas.tasks.ablate import sweep
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.record import write_ablations
-    from ingest.glue_tsv import task_spec
 
     spec = task_spec(task)
     dev = _dev(spec, data, dev_limit)
@@ -161,11 +161,11 @@ def importance(
     fmt: str,
 ) -> None:
     """Michel et al. head importance (training set), the pruning curve and "all heads but one" (dev set); stored."""
+    from atlas.ingest.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.finetune import subset
     from atlas.tasks.importance import head_importance, normalise, pruning_and_single_heads
     from atlas.tasks.record import write_ablations, write_importance
-    from ingest.glue_tsv import load_split, task_spec
 
     spec = task_spec(task)
     train_set, dev = subset(load_split(spec, data, "train"), train_limit or None, seed), _dev(spec, data, dev_limit)
@@ -240,10 +240,10 @@ def _mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int):
     from transformers import AutoModelForMaskedLM
 
     from atlas.errors import AtlasError
+    from atlas.ingest.conllu import read_conllu
+    from atlas.ingest.corpus import check_corpus
     from atlas.model.load import load_model
     from atlas.tasks.grads import attention_gradients, has_mlm_head, mlm_batches
-    from ingest.conllu import read_conllu
-    from ingest.corpus import check_corpus
 
     check_corpus(corpus)  # a malformed corpus fails here, with its file and line
     sentences = []
@@ -271,11 +271,11 @@ def _mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int):
 
 
 def _task_gradients(model: str | None, task: str, data: str, limit: int):
+    from atlas.ingest.glue_tsv import task_spec
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.grads import attention_gradients
     from atlas.tasks.importance import example_losses
     from atlas.tasks.record import task_run_id
-    from ingest.glue_tsv import task_spec
 
     spec = task_spec(task)
     tm = load_task_model(model, spec)

@@ -24,9 +24,9 @@ import torch
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
+from atlas.ingest.glue_tsv import Examples
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.publish import publish, recover, staging
-from ingest.glue_tsv import Examples
 
 NO_DECAY = ("bias", "LayerNorm.weight")  # run_classifier.py: no weight decay on these parameters
 

@@ -1,0 +1,2 @@
+"""The ingest stages: read a corpus, align its words and pieces, group inputs, run the model, keep the
+largest weights of each attention row, write Parquet; and the Ray engine. Installed as ``atlas.ingest``."""
