@@ -8,10 +8,8 @@ from pathlib import Path
 
 import click
 import duckdb
-import polars as pl
 
 from atlas import api
-from atlas.catalogue import resolve
 from atlas.cli_options import (
     file_format_option,
     format_option,
@@ -19,15 +17,14 @@ from atlas.cli_options import (
     out_option,
     run_option,
     single_value,
-    store_at,
     store_option,
 )
+from atlas.cli_tasks import TASK_COMMANDS
 from atlas.errors import AtlasError
-from atlas.ingest.run_id import DEVICES
 from atlas.output import emit
-from atlas.tasks.commands import TASK_COMMANDS
 
-_store = store_at  # the store named by --store or $ATLAS_STORE
+# the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text)
+FLAGS = {"train_run": "--train", "eval_run": "--eval", "runs": "--compare"}
 
 
 class AtlasGroup(click.Group):
@@ -37,7 +34,7 @@ class AtlasGroup(click.Group):
         try:
             return super().invoke(ctx)
         except AtlasError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(exc.cli_text(FLAGS)) from None
         except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
@@ -53,8 +50,8 @@ class AtlasGroup(click.Group):
 def cli() -> None:
     """Attention Atlas: what do this model's attention heads do?
 
-    Run an encoder over an annotated corpus into a store of Parquet tables registered in DuckDB,
-    then ask the papers' analyses as named queries.
+    Run a Hugging Face encoder or decoder over an annotated corpus into a store of Parquet tables
+    registered in DuckDB, then ask the papers' analyses as named queries.
     """
 
 
@@ -131,7 +128,7 @@ def cli() -> None:
 )
 @click.option(
     "--device",
-    type=click.Choice(DEVICES),
+    type=click.Choice(api.DEVICES),
     default="auto",
     show_default=True,
     help="Where the model and the work on its attention run; auto: a CUDA or MPS device when torch sees one.",
@@ -209,14 +206,14 @@ def ingest(
 def runs(unfinished: bool, store_path: str | None, fmt: str | None) -> None:
     """List the runs in the store, with what tells them apart (weights, seed, max length, kept mass, pack)."""
     if unfinished:
-        staged = api.Atlas(_store(store_path)).runs(unfinished=True)
+        staged = api.open(store_path, must_exist=False).runs(unfinished=True)
         emit(staged, fmt, None)
         if not staged.is_empty():
             click.echo("re-run the same 'atlas ingest' to resume one, or 'atlas rm RUN' to discard it", err=True)
         return
     st = api.open(store_path)
     emit(st.runs(), fmt, None)
-    for run_id in st.store.unfinished_runs():
+    for run_id in st.runs(unfinished=True)["unfinished_run"]:
         click.echo(
             f"unfinished (interrupted) ingest: {run_id}; re-run the same 'atlas ingest' to resume, or "
             f"'atlas rm {run_id}' to discard it",
@@ -230,12 +227,9 @@ def runs(unfinished: bool, store_path: str | None, fmt: str | None) -> None:
 def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
     """Remove runs (and every result stored with them), each in one atomic step; or discard an interrupted
     ingest (see 'atlas runs --unfinished')."""
-    store = _store(store_path)
-    if not store.exists():
-        raise AtlasError(f"--store '{store.root}': no store here")
+    st = api.open(store_path, must_exist=False)
     for run_id in run_ids:
-        what = store.remove(run_id)
-        click.echo(f"removed {what} {run_id}", err=True)
+        click.echo(f"removed {st.remove(run_id)} {run_id}", err=True)
 
 
 @cli.command()
@@ -288,24 +282,25 @@ def query(
     distances' before 'atlas distances'.
     """
     if describe:
-        entry = resolve(phrase)
-        click.echo(f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}")
+        click.echo(api.describe(phrase))
         return
     emit(_answer(phrase, run_id, params, store_path, compare_ids).frame, fmt, out, limit)
 
 
 def _answer(
-    phrase: str, run_id: str | None, params: tuple[str, ...], store_path: str | None, compare: tuple[str, ...] = ()
+    phrase: str,
+    run_id: str | None,
+    params: tuple[str, ...],
+    store_path: str | None,
+    compare: tuple[str, ...] = (),
+    figure: Path | None = None,
 ) -> api.Answer:
-    """Run an entry (``compare``: beside --run, default the latest run, more runs); its title line (the entry and
-    the runs that answered) and notes go to stderr."""
+    """Run an entry (``compare``: beside --run, default the latest run, more runs; ``figure``: draw it into this
+    file); its title line (the entry and the runs that answered) and notes go to stderr."""
     values: dict[str, object] = dict(_params(params))
-    st = api.open(store_path)
     run = run_id or values.pop("run", None)
-    if compare:
-        answer = st.answer(phrase, runs=[st.run_id(run), *compare], **values)
-    else:
-        answer = st.answer(phrase, run, **values)
+    runs = [run, *compare] if compare else None
+    answer = api.open(store_path).answer(phrase, None if compare else run, runs, figure=figure, **values)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note, err=True)
@@ -335,11 +330,7 @@ def plot_command(
     store_path: str | None,
 ) -> None:
     """Draw the paper-style figure of a catalogue entry (PNG, PDF or SVG, by the --out file's suffix)."""
-    from atlas.plot import check_out, figure, save
-
-    check_out(out)
-    answer = _answer(phrase, run_id, params, store_path, compare_ids)
-    save(figure(answer.entry, answer.frame, answer.title, answer.runs), out)
+    _answer(phrase, run_id, params, store_path, compare_ids, out)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -351,12 +342,7 @@ def plot_command(
 @store_option
 def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, store_path: str | None) -> None:
     """Compute head distances (JS divergence, MDS, clusters) for a run and add them to the store."""
-    from atlas.distances import compute
-
-    store = _store(store_path)
-    run_id = _chosen_run(store_path, run_id)
-    with store.writing(), store.transaction():  # refused at once while another process writes; atomic results
-        compute(store, run_id, examples, clusters, progress=not quiet)
+    run_id = api.open(store_path).distances(run_id, examples, clusters, progress=not quiet)
     click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
 
 
@@ -411,20 +397,18 @@ def probe(
     fmt: str,
 ) -> None:
     """Train the attention probes of Clark et al. (Section 5) on one run, score UAS on another."""
-    from atlas.probe import Settings, run
-
-    settings = Settings(
+    results = api.open(store_path).probe(
+        train_run,
+        eval_run,
         epochs=epochs,
-        seed=seed,
         learning_rate=learning_rate,
-        glove_shift=glove_shift,
+        seed=seed,
         train_limit=train_limit,
         eval_limit=eval_limit,
+        glove_shift=glove_shift,
+        progress=not quiet,
     )
-    store = _store(store_path)
-    with store.writing(), store.transaction():  # the probes and their weights appear together
-        results = run(store, train_run, eval_run, settings, progress=not quiet)
-    emit(pl.DataFrame(results), fmt, None)
+    emit(results, fmt, None)
     click.echo("written; see 'atlas query \"probe results\"'", err=True)
 
 
@@ -439,21 +423,18 @@ def probe(
 @store_option
 def patterns(run_id: str | None, labels: Path | None, store_path: str | None) -> None:
     """Class every (input, head) map into Kovaleva et al.'s five patterns (rule in 'atlas/patterns.py')."""
-    from atlas.patterns import THRESHOLDS, classify
-
-    store = _store(store_path)
-    run_id = _chosen_run(store_path, run_id)
-    if labels is not None:
-        from atlas.pattern_cnn import train_and_classify
-
-        with store.writing(), store.transaction():
-            f1, n = train_and_classify(store, run_id, labels)
-        click.echo(f"CNN: cross-validated macro F1 {f1:.1f} on the labels; {n:,} maps of {run_id} classed")
+    classed = api.open(store_path).patterns(run_id, labels)
+    if classed.f1 is not None:
+        click.echo(
+            f"CNN: cross-validated macro F1 {classed.f1:.1f} on the labels; {classed.n_maps:,} maps of "
+            f"{classed.run_id} classed"
+        )
         return
-    with store.writing(), store.transaction():
-        n = classify(store, run_id)
-    rule = ", ".join(f"{k} {v}" for k, v in THRESHOLDS.items())
-    click.echo(f"{n:,} maps of {run_id} classed (thresholds: {rule}); see 'atlas query \"pattern shares\"'")
+    rule = ", ".join(f"{k} {v}" for k, v in (classed.thresholds or {}).items())
+    click.echo(
+        f"{classed.n_maps:,} maps of {classed.run_id} classed (thresholds: {rule}); "
+        "see 'atlas query \"pattern shares\"'"
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -525,21 +506,12 @@ def report(out: Path, run_id: str | None, examples: int, compare_id: str | None,
     """Write one self-contained HTML page about a run: its metadata, every catalogue entry that has an answer
     for it (tables and figures), and an attention explorer over its first inputs. Nothing in it is loaded
     from the network: open it in any browser, offline, or mail it."""
-    from atlas.report import check_out
-
-    check_out(out)
     written = api.open(store_path).report(out, run_id, examples, compare_id)
     click.echo(
         f"wrote {written.path} ({written.size / 1e6:.1f} MB): {written.n_entries} catalogue entries, "
         f"{written.n_skipped} left out (reasons in the page), {written.n_examples} inputs in the explorer",
         err=True,
     )
-
-
-def _chosen_run(store_path: str | None, run_id: str | None) -> str:
-    """--run if the store holds it, else the latest run."""
-    with api.open(store_path) as st:
-        return st.run_id(run_id)
 
 
 for _command in TASK_COMMANDS:

@@ -1,12 +1,35 @@
 """Attention Atlas: a queryable store of a transformer's attention heads over an annotated corpus (any
 Hugging Face encoder or decoder).
 
-``atlas.open(store)`` reads a store (runs, catalogue queries, SQL, tables, attention maps, figures);
-``atlas.ingest(corpus, model, store)`` adds a run to one; see ``atlas.api``.
+``atlas.open(store)`` reads a store (runs, catalogue queries, SQL, tables, attention maps, figures) and adds
+the analyses computed in Python (head distances, probes, patterns); ``atlas.ingest(corpus, model, store)``
+adds a run to one; ``atlas.finetune``, ``ablate``, ``importance`` and ``grads`` record task models and their
+scores. Every ``atlas`` command is one of these calls; see ``atlas.api`` and ``atlas.api_tasks``.
 """
 
-from atlas.api import Atlas, AtlasNote, AttentionMap, Ingested, ingest, open, queries
+from atlas.api import Answer, Atlas, AtlasNote, AttentionMap, Classed, Ingested, describe, ingest, open, queries
+from atlas.api_tasks import FineTuned, Gradients, Importance, ablate, finetune, grads, importance
 from atlas.errors import AtlasError
 from atlas.version import __version__
 
-__all__ = ["__version__", "Atlas", "AtlasError", "AtlasNote", "AttentionMap", "Ingested", "ingest", "open", "queries"]
+__all__ = [
+    "__version__",
+    "Answer",
+    "Atlas",
+    "AtlasError",
+    "AtlasNote",
+    "AttentionMap",
+    "Classed",
+    "FineTuned",
+    "Gradients",
+    "Importance",
+    "Ingested",
+    "ablate",
+    "describe",
+    "finetune",
+    "grads",
+    "importance",
+    "ingest",
+    "open",
+    "queries",
+]

@@ -21,9 +21,10 @@ heads are 1-based wherever a catalogue answer shows them (``query``, ``plot``, `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -35,7 +36,8 @@ import pyarrow.parquet as pq
 
 from atlas.catalogue import Entry, entries, resolve, run_entry
 from atlas.compare import check_shapes, compare, key_columns
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
+from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.macros import macro_call
 from atlas.maps import read_maps
 from atlas.prerequisites import check as check_prerequisites
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 
 # catalogue parameters holding a run id: of an ingested run (the runs table), or of any run with results
 RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
-FORMATS = ("conllu", "glue", "framenet", "text")
+FORMATS = ("conllu", "glue", "framenet", "text")  # the corpora --format reads
 
 
 # store.OLDER_RUNS as Polars expressions, for the scans of Atlas.table
@@ -70,10 +72,12 @@ def store_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
 
 
-def open(path: str | os.PathLike[str] | None = None) -> Atlas:
-    """Open a store for reading (``path``, else $ATLAS_STORE, else ./atlas-store); fails when there is none."""
+def open(path: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Atlas:
+    """Open a store (``path``, else $ATLAS_STORE, else ./atlas-store); fails when there is none unless
+    ``must_exist`` is False (a store that holds only interrupted ingests, or none: see ``Atlas.runs``)."""
     st = Atlas(Store(store_path(path)))
-    st.connection  # noqa: B018 (opening checks the store and updates views written by another version)
+    if must_exist:
+        st.connection  # noqa: B018 (opening checks the store and updates views written by another version)
     return st
 
 
@@ -89,6 +93,12 @@ def queries() -> pl.DataFrame:
             "macro": [macro_call(e) for e in entries()],  # the same in the DuckDB shell: duckdb STORE/atlas.duckdb
         }
     )
+
+
+def describe(name: str) -> str:
+    """A catalogue entry's name, paper, description and SQL (``name``: a name, an alias or close words)."""
+    entry = resolve(name)
+    return f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}"
 
 
 @dataclass(frozen=True)
@@ -191,15 +201,31 @@ class Atlas:
         return queries()
 
     def answer(
-        self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
+        self,
+        name: str,
+        /,
+        run: str | None = None,
+        runs: Sequence[str | None] | None = None,
+        figure: str | os.PathLike[str] | None = None,
+        **params: object,
     ) -> Answer:
         """Run the catalogue entry named by ``name`` (a name, an alias or close words) with its title and notes.
         ``run``: the run it answers for (default: the latest run), for entries that take one; ``runs``: instead
-        of ``run``, two or more runs compared (see ``atlas.compare``); ``params``: the entry's other parameters
-        (see ``queries()``)."""
+        of ``run``, two or more runs compared (see ``atlas.compare``; None: the latest run); ``figure``: also
+        save the entry's paper-style figure to this file (PNG, PDF or SVG, by its suffix); ``params``: the
+        entry's other parameters (see ``queries()``)."""
+        if figure is not None:
+            from atlas.plot import check_out, save
+            from atlas.plot import figure as draw
+
+            check_out(Path(figure))
+            answer = self.answer(name, run, runs, **params)
+            save(draw(answer.entry, answer.frame, answer.title, answer.runs), Path(figure))
+            return answer
         entry = resolve(name)
         if runs is not None:
-            return self._compare(entry, run, list(runs), params)
+            runs = [self.latest_run() if r is None else r for r in runs]
+            return self._compare(entry, run, runs, params)
         values = {key: _parameter_text(value) for key, value in params.items()}
         takes = {p.name for p in entry.parameters}
         if run is not None and "run" not in takes:
@@ -252,6 +278,88 @@ class Atlas:
         answer = self.answer(name, run, runs, **params)
         _warn(answer.notes)
         return figure(answer.entry, answer.frame, answer.title, answer.runs)
+
+    # analyses written into the store: each holds the store's writer lock (refused at once while another
+    # process writes) and publishes its results in one transaction
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        self.close()  # the writer's own connections, not this reader's, open the store while it writes
+        with self.store.writing(), self.store.transaction():
+            yield
+
+    def distances(self, run: str | None = None, examples: int = 500, clusters: int = 6, progress: bool = True) -> str:
+        """Compute head distances (Jensen-Shannon divergence between heads, averaged over ``run``'s first
+        ``examples`` inputs; MDS and ``clusters`` clusters) and add them to the store; returns the run id.
+        Then: ``query("head distances")``."""
+        from atlas.distances import compute
+
+        _positive("examples", examples)
+        _positive("clusters", clusters)
+        run_id = self.run_id(run)
+        with self._writing():
+            compute(self.store, run_id, examples, clusters, progress=progress)
+        return run_id
+
+    def probe(
+        self,
+        train_run: str,
+        eval_run: str,
+        *,
+        epochs: int = 1,
+        learning_rate: float = 0.002,
+        seed: int = 0,
+        train_limit: int | None = None,
+        eval_limit: int | None = None,
+        glove_shift: bool = False,
+        progress: bool = True,
+    ) -> pl.DataFrame:
+        """Train Clark et al.'s attention probes (Section 5) on ``train_run``'s sentences and score their UAS
+        on ``eval_run``'s (same model); the probes and their weights are stored together. ``glove_shift``:
+        only the GloVe probes, with the released code's vectors (for comparison). Then: ``query("probe
+        results")``, ``query("probe weights")``."""
+        from atlas.probe import Settings, run
+
+        _positive("epochs", epochs)
+        if not learning_rate > 0:
+            raise AtlasError(f"{arg('learning_rate', learning_rate)}: expected a step size above 0")
+        _positive("train_limit", train_limit)
+        _positive("eval_limit", eval_limit)
+        settings = Settings(
+            epochs=epochs,
+            seed=seed,
+            learning_rate=learning_rate,
+            glove_shift=glove_shift,
+            train_limit=train_limit,
+            eval_limit=eval_limit,
+        )
+        with self._writing():
+            return pl.DataFrame(run(self.store, train_run, eval_run, settings, progress=progress))
+
+    def patterns(self, run: str | None = None, labels: str | os.PathLike[str] | None = None) -> Classed:
+        """Class every (input, head) map of ``run`` into Kovaleva et al.'s five patterns, by the rule in
+        ``atlas.patterns`` or, given ``labels`` (a CSV of hand labels: example_id, layer, head, pattern), by
+        the paper's CNN trained on them. Then: ``query("pattern shares")``."""
+        from atlas.patterns import THRESHOLDS, classify
+
+        run_id = self.run_id(run)
+        if labels is not None:
+            from atlas.pattern_cnn import train_and_classify
+
+            with self._writing():
+                f1, n = train_and_classify(self.store, run_id, Path(labels))
+            return Classed(run_id, n, f1, None)
+        with self._writing():
+            n = classify(self.store, run_id)
+        return Classed(run_id, n, None, dict(THRESHOLDS))
+
+    def remove(self, run_id: str) -> str:
+        """Remove a run and every result stored with it, or discard an interrupted ingest, in one atomic step;
+        returns which it was ('run' or 'unfinished ingest')."""
+        if not self.store.exists():
+            raise AtlasError(f"{arg('store', repr(str(self.store.root)))}: no store here")
+        self.close()
+        return self.store.remove(run_id)
 
     # SQL and tables
 
@@ -351,6 +459,22 @@ class Atlas:
         return written
 
 
+def _positive(name: str, value: int | None) -> None:
+    if value is not None and value < 1:
+        raise AtlasError(f"{arg(name, value)}: expected 1 or more")
+
+
+@dataclass(frozen=True)
+class Classed:
+    """What ``Atlas.patterns`` did: the maps classed, and the CNN's cross-validated macro F1 on the labels or
+    the rule's thresholds."""
+
+    run_id: str
+    n_maps: int
+    f1: float | None  # the CNN's (labels given)
+    thresholds: dict[str, float] | None  # the rule's (no labels)
+
+
 def _warn(notes: tuple[str, ...]) -> None:
     for note in notes:
         warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=3)
@@ -401,7 +525,7 @@ def ingest(
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
-    from atlas.ingest.run_id import Settings, check_device_name, ingested_run
+    from atlas.ingestion.run_id import Settings, check_device_name, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
@@ -418,9 +542,9 @@ def ingest(
     )
     if known is not None:
         return Ingested(known, target.root, True, 0, 0, 0)
-    from atlas.ingest.corpus import check_corpus
-    from atlas.ingest.device import resolve_device
-    from atlas.ingest.pipeline import ingest as run_ingest
+    from atlas.ingestion.corpus import check_corpus
+    from atlas.ingestion.device import resolve_device
+    from atlas.ingestion.pipeline import ingest as run_ingest
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
 
@@ -466,7 +590,7 @@ def _check_engine_options(
 def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:
     """The staging of ``--engine ray``; Ray is imported here only."""
     try:
-        from atlas.ingest.ray_engine import RayEngine
+        from atlas.ingestion.ray_engine import RayEngine
     except ModuleNotFoundError as exc:
         if exc.name != "ray" and not (exc.name or "").startswith("ray."):
             raise
@@ -501,7 +625,7 @@ def _check_ingest_options(
             if handle.read(2) == b"\x1f\x8b":
                 raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
     if fmt == "glue":
-        from atlas.ingest.glue_tsv import task_spec
+        from atlas.ingestion.glue_tsv import task_spec
 
         if pack is not None:
             raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")

@@ -6,15 +6,9 @@ from pathlib import Path
 
 import click
 
-from atlas.api import store_path
 from atlas.output import FORMATS, TABLE_ROWS
-from atlas.store import Store
 
 STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
-
-
-def store_at(path: str | None) -> Store:
-    return Store(store_path(path))
 
 
 def single_value(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> str | None:

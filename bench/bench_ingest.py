@@ -48,12 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
-from atlas.ingest.align import is_punct  # noqa: E402
-from atlas.ingest.conllu import write_first_sentences  # noqa: E402
-from atlas.ingest.corpus import CorpusInfo, check_corpus  # noqa: E402
-from atlas.ingest.device import resolve_device  # noqa: E402
-from atlas.ingest.examples import Inputs  # noqa: E402
-from atlas.ingest.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
+from atlas.ingestion.align import is_punct  # noqa: E402
+from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
+from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
+from atlas.ingestion.device import resolve_device  # noqa: E402
+from atlas.ingestion.examples import Inputs  # noqa: E402
+from atlas.ingestion.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 from atlas.model.capture import recording  # noqa: E402
 from atlas.model.forward import attention_maps, model_inputs  # noqa: E402
 from atlas.model.kinds import is_decoder  # noqa: E402

@@ -21,7 +21,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from atlas.errors import AtlasError
-from atlas.ingest.conllu import Sentence, Word
+from atlas.ingestion.conllu import Sentence, Word
 
 
 @dataclass(frozen=True)

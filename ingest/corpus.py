@@ -8,12 +8,12 @@ from pathlib import Path
 import transformers
 
 from atlas.errors import AtlasError
-from atlas.ingest.conllu import Sentence, read_conllu
-from atlas.ingest.corpus_info import CorpusInfo, sha256_of
-from atlas.ingest.framenet import read_framenet
-from atlas.ingest.glue_corpus import read_glue
-from atlas.ingest.glue_tsv import task_spec
-from atlas.ingest.text_corpus import read_pairs, read_text
+from atlas.ingestion.conllu import Sentence, read_conllu
+from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
+from atlas.ingestion.framenet import read_framenet
+from atlas.ingestion.glue_corpus import read_glue
+from atlas.ingestion.glue_tsv import task_spec
+from atlas.ingestion.text_corpus import read_pairs, read_text
 
 
 def read_corpus(

@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from atlas.ingest.row_batch import RowBatch
+from atlas.ingestion.row_batch import RowBatch
 
 # what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]

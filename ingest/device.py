@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from atlas.errors import AtlasError
-from atlas.ingest.run_id import check_device_name
+from atlas.ingestion.run_id import check_device_name
 
 
 def resolve_device(name: str) -> torch.device:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from atlas.ingest.align import AlignedSentence, Pieces, align_texts
-from atlas.ingest.conllu import Mention, Sentence, Word
-from atlas.ingest.template import Template, read_template
+from atlas.ingestion.align import AlignedSentence, Pieces, align_texts
+from atlas.ingestion.conllu import Mention, Sentence, Word
+from atlas.ingestion.template import Template, read_template
 
 PACK_MODES = ("none", "pair", "window")
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from atlas.errors import AtlasError
-from atlas.ingest.conllu import Sentence, Word
+from atlas.ingestion.conllu import Sentence, Word
 
 NS = "{http://framenet.icsi.berkeley.edu}"
 MAX_SENTENCE_TOKENS = 12

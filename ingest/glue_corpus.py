@@ -14,8 +14,8 @@ from functools import cache
 from pathlib import Path
 
 from atlas.errors import AtlasError
-from atlas.ingest.conllu import Sentence, Word
-from atlas.ingest.glue_tsv import read_tsv, task_spec
+from atlas.ingestion.conllu import Sentence, Word
+from atlas.ingestion.glue_tsv import read_tsv, task_spec
 
 
 @cache

@@ -30,14 +30,14 @@ import transformers
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
-from atlas.ingest.align import AlignedSentence, align
-from atlas.ingest.conllu import Sentence
-from atlas.ingest.corpus import CorpusInfo, read_corpus, sha256_of
-from atlas.ingest.device import resolve_device
-from atlas.ingest.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from atlas.ingest.run_id import STORED_WEIGHTS, Settings, run_id_for
-from atlas.ingest.sparsify import BatchRows
-from atlas.ingest.write import (
+from atlas.ingestion.align import AlignedSentence, align
+from atlas.ingestion.conllu import Sentence
+from atlas.ingestion.corpus import CorpusInfo, read_corpus, sha256_of
+from atlas.ingestion.device import resolve_device
+from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
+from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, run_id_for
+from atlas.ingestion.sparsify import BatchRows
+from atlas.ingestion.write import (
     ATTENTION_TABLES,
     EXAMPLE_TABLES,
     WRITE_ORDER,

@@ -31,10 +31,10 @@ from ray.exceptions import RayError
 from tqdm import tqdm
 
 from atlas.errors import AtlasError
-from atlas.ingest.corpus_info import CorpusInfo
-from atlas.ingest.examples import Example, Inputs
-from atlas.ingest.pipeline import chunks, done_marker, read_marker, stage_chunk
-from atlas.ingest.run_id import Settings
+from atlas.ingestion.corpus_info import CorpusInfo
+from atlas.ingestion.examples import Example, Inputs
+from atlas.ingestion.pipeline import chunks, done_marker, read_marker, stage_chunk
+from atlas.ingestion.run_id import Settings
 from atlas.model.load import LoadedModel, load_model
 
 # Ray schedules actors by the CPUs they claim; an actor claiming a whole CPU starves Ray Data's own tasks on a

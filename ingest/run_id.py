@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Protocol
 
 from atlas.errors import AtlasError
-from atlas.ingest.corpus_info import CorpusInfo, sha256_of
-from atlas.ingest.glue_tsv import task_spec
+from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
+from atlas.ingestion.glue_tsv import task_spec
 from atlas.model.identity import DEFAULT_MODEL, model_identity
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part

@@ -40,10 +40,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from atlas.ingest.cpu_rows import CpuRows
-from atlas.ingest.row_batch import RowBatch
-from atlas.ingest.run_id import MAX_EDGES
-from atlas.ingest.tensor_rows import TensorRows
+from atlas.ingestion.cpu_rows import CpuRows
+from atlas.ingestion.row_batch import RowBatch
+from atlas.ingestion.run_id import MAX_EDGES
+from atlas.ingestion.tensor_rows import TensorRows
 
 Columns = dict[str, np.ndarray]
 

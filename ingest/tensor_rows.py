@@ -14,8 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from atlas.ingest.device import exact_dtype
-from atlas.ingest.row_batch import RowBatch
+from atlas.ingestion.device import exact_dtype
+from atlas.ingestion.row_batch import RowBatch
 
 Arrays = dict[str, np.ndarray]
 

@@ -48,9 +48,9 @@ from typing import TYPE_CHECKING
 from transformers import PreTrainedTokenizerBase
 
 from atlas.errors import AtlasError
-from atlas.ingest.align import align, align_texts
-from atlas.ingest.conllu import Sentence, Word
-from atlas.ingest.glue_corpus import _nlp, _words
+from atlas.ingestion.align import align, align_texts
+from atlas.ingestion.conllu import Sentence, Word
+from atlas.ingestion.glue_corpus import _nlp, _words
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from atlas.ingest.align import is_punct
-from atlas.ingest.examples import Example, Layout
-from atlas.ingest.sparsify import Columns, Table
+from atlas.ingestion.align import is_punct
+from atlas.ingestion.examples import Example, Layout
+from atlas.ingestion.sparsify import Columns, Table
 from atlas.store import to_table, write_parquet
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")

@@ -18,7 +18,7 @@ from polars.testing import assert_frame_equal
 
 import atlas
 from atlas.cli import cli
-from atlas.ingest.run_id import MAX_EDGES
+from atlas.ingestion.run_id import MAX_EDGES
 from atlas.plot import save
 from atlas.store import table_schemas
 from tests.conftest import EWT_SAMPLE, cut_conllu

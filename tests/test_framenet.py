@@ -21,9 +21,9 @@ from transformers import AutoModel, AutoTokenizer
 
 from atlas.catalogue import resolve, run_entry
 from atlas.errors import AtlasError
-from atlas.ingest.corpus import check_corpus
-from atlas.ingest.framenet import Exemplar, exemplars, frames_for, read_framenet, rejection
-from atlas.ingest.pipeline import Settings, ingest
+from atlas.ingestion.corpus import check_corpus
+from atlas.ingestion.framenet import Exemplar, exemplars, frames_for, read_framenet, rejection
+from atlas.ingestion.pipeline import Settings, ingest
 from atlas.store import Store
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "framenet"

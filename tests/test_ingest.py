@@ -9,12 +9,12 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import atlas.ingest.pipeline as pipeline
+import atlas.ingestion.pipeline as pipeline
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingest.corpus import check_corpus
-from atlas.ingest.run_id import MAX_EDGES
-from atlas.ingest.write import ChunkRows
+from atlas.ingestion.corpus import check_corpus
+from atlas.ingestion.run_id import MAX_EDGES
+from atlas.ingestion.write import ChunkRows
 from atlas.model.load import load_model
 from atlas.store import Store, table_schemas
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store

@@ -22,8 +22,8 @@ from transformers import AutoConfig, AutoModel, AutoTokenizer
 from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingest.corpus import check_corpus
-from atlas.ingest.pipeline import Settings, ingest
+from atlas.ingestion.corpus import check_corpus
+from atlas.ingestion.pipeline import Settings, ingest
 from atlas.model.load import load_model
 from atlas.store import Store
 

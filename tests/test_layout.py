@@ -20,12 +20,12 @@ from tokenizers_helpers import TOKENIZERS, bert_wordpiece, gpt2_bpe, roberta_bpe
 from transformers import PreTrainedTokenizerFast
 
 from atlas.errors import AtlasError
-from atlas.ingest.align import align, is_punct
-from atlas.ingest.conllu import Sentence, Word, read_conllu
-from atlas.ingest.examples import Example, Inputs, Layout, group_examples
-from atlas.ingest.pipeline import _targets
-from atlas.ingest.template import read_template, role_of
-from atlas.ingest.text_corpus import read_text
+from atlas.ingestion.align import align, is_punct
+from atlas.ingestion.conllu import Sentence, Word, read_conllu
+from atlas.ingestion.examples import Example, Inputs, Layout, group_examples
+from atlas.ingestion.pipeline import _targets
+from atlas.ingestion.template import read_template, role_of
+from atlas.ingestion.text_corpus import read_text
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent

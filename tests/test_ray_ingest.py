@@ -21,16 +21,16 @@ from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 from tqdm import tqdm
 
-import atlas.ingest.pipeline as pipeline
-import atlas.ingest.ray_engine as ray_engine
+import atlas.ingestion.pipeline as pipeline
+import atlas.ingestion.ray_engine as ray_engine
 from atlas import api
 from atlas.catalogue import entries
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingest.conllu import read_conllu
-from atlas.ingest.corpus import check_corpus
-from atlas.ingest.examples import Inputs
-from atlas.ingest.run_id import Settings
+from atlas.ingestion.conllu import read_conllu
+from atlas.ingestion.corpus import check_corpus
+from atlas.ingestion.examples import Inputs
+from atlas.ingestion.run_id import Settings
 from atlas.store import Store, table_schemas
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 

@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from atlas.errors import AtlasError
-from atlas.ingest.corpus import check_corpus
-from atlas.ingest.pipeline import Settings, ingest
+from atlas.ingestion.corpus import check_corpus
+from atlas.ingestion.pipeline import Settings, ingest
 from atlas.pattern_cnn import read_labels
 from atlas.store import Store
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu

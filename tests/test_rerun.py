@@ -14,7 +14,7 @@ import pytest
 
 from atlas import api
 from atlas.errors import AtlasError
-from atlas.ingest.run_id import Settings, ingested_run
+from atlas.ingestion.run_id import Settings, ingested_run
 from atlas.model.identity import config_hash, model_identity
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from scipy.stats import entropy
 
-import atlas.ingest.sparsify as sparsify_module
-import atlas.ingest.tensor_rows as tensor_rows
+import atlas.ingestion.sparsify as sparsify_module
+import atlas.ingestion.tensor_rows as tensor_rows
 from atlas.errors import AtlasError
-from atlas.ingest.device import resolve_device
-from atlas.ingest.sparsify import MASS_STEP, WEIGHT_STEP, batch_rows, sparsify, word_rows
+from atlas.ingestion.device import resolve_device
+from atlas.ingestion.sparsify import MASS_STEP, WEIGHT_STEP, batch_rows, sparsify, word_rows
 
 
 def random_attention(seed: int, n: int = 9, scale: float = 3) -> np.ndarray:

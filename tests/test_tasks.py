@@ -16,7 +16,7 @@ from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingest.glue_tsv import TASKS, load_split, read_tsv, task_spec
+from atlas.ingestion.glue_tsv import TASKS, load_split, read_tsv, task_spec
 from atlas.model.capture import recording
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import default_model_path

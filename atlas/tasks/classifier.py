@@ -19,7 +19,7 @@ from torch import nn
 from transformers import AutoModelForSequenceClassification
 
 from atlas.errors import AtlasError
-from atlas.ingest.glue_tsv import Examples, TaskSpec
+from atlas.ingestion.glue_tsv import Examples, TaskSpec
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import LoadedModel, load_model
 from atlas.tasks.metrics import metrics

@@ -9,6 +9,7 @@ which the paper does not use. Clark et al.'s code for Figure 5 is not released.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -138,3 +139,66 @@ def write(store: Store, run_id: str, loss: str, means: np.ndarray, counts: np.nd
     }
     store.create()
     store.put(run_id, "attention_gradients", "grads", columns, means.size)
+
+
+def _punct_ids(tokenizer) -> list[int]:
+    ids = [tokenizer.convert_tokens_to_ids(p) for p in (".", ",")]
+    return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
+
+
+def mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int) -> tuple[str, str, np.ndarray, np.ndarray]:
+    """Clark et al.'s gradients: the masked-LM loss over the first ``limit`` sentences of a CoNLL-U corpus;
+    returns the run id, the loss's name, and per layer and target the mean |gradient| and the weights counted."""
+    from transformers import AutoModelForMaskedLM
+
+    from atlas.ingestion.conllu import read_conllu
+    from atlas.ingestion.corpus import check_corpus
+    from atlas.model.load import load_model
+
+    check_corpus(corpus)  # a malformed corpus fails here, with its file and line
+    sentences = []
+    for sentence in read_conllu(corpus):
+        sentences.append([w.form for w in sentence.words])
+        if len(sentences) == limit:
+            break
+    lm = load_model(model, auto_class=AutoModelForMaskedLM)
+    if not has_mlm_head(lm.source) or lm.tokenizer.mask_token_id is None:
+        raise AtlasError(
+            f"--model '{lm.name}': no masked-LM head for Clark et al.'s MLM loss; "
+            "for a fine-tuned model's task loss instead, give --task and --data"
+        )
+
+    def loss_of(m, inputs, labels):
+        logits = m(**inputs).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
+
+    batches = mlm_batches(lm.tokenizer, sentences, seed)
+    means, counts = attention_gradients(
+        lm.model, lm.n_layers, batches, loss_of, lm.tokenizer.sep_token_id, _punct_ids(lm.tokenizer)
+    )
+    digest = hashlib.sha256(f"{lm.model_hash}|{corpus.name}|{limit}|{seed}".encode()).hexdigest()[:10]
+    return f"grads__{corpus.stem}__{Path(lm.source).name}__{digest}", "mlm", means, counts
+
+
+def task_gradients(
+    model: str | None, task: str, data: str, limit: int
+) -> tuple[str, str, np.ndarray, np.ndarray]:
+    """A fine-tuned model's task loss over the first ``limit`` dev examples (not Clark et al.'s); as
+    ``mlm_gradients``."""
+    from atlas.ingestion.glue_tsv import load_split, task_spec
+    from atlas.tasks.classifier import encode, load_task_model
+    from atlas.tasks.importance import example_losses
+    from atlas.tasks.record import task_run_id
+
+    spec = task_spec(task)
+    tm = load_task_model(model, spec)
+    batches = [(b.inputs, b.labels) for b in encode(tm, load_split(spec, data, "dev").head(limit))]
+
+    def loss_of(m, inputs, labels):
+        return example_losses(tm, m(**inputs).logits, labels).sum()
+
+    tokenizer = tm.lm.tokenizer
+    means, counts = attention_gradients(
+        tm.lm.model, tm.lm.n_layers, batches, loss_of, tokenizer.sep_token_id, _punct_ids(tokenizer)
+    )
+    return task_run_id(tm), f"task:{spec.name}", means, counts
