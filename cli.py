@@ -11,6 +11,7 @@ import duckdb
 
 from atlas import api
 from atlas.cli_options import (
+    bad_value,
     file_format_option,
     format_option,
     limit_option,
@@ -35,6 +36,8 @@ class AtlasGroup(click.Group):
             return super().invoke(ctx)
         except AtlasError as exc:
             raise click.ClickException(exc.cli_text(FLAGS)) from None
+        except click.BadParameter as exc:  # a value click refused (a number out of range, not a number, ...)
+            raise click.ClickException(bad_value(exc)) from None
         except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
@@ -336,13 +339,27 @@ def plot_command(
 
 @cli.command()
 @run_option
-@click.option("--examples", default=500, show_default=True, help="Inputs to average over (the first ones).")
-@click.option("--clusters", default=6, show_default=True, help="Number of head clusters.")
+@click.option(
+    "--examples",
+    default=500,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Inputs to average over (the first ones).",
+)
+@click.option("--clusters", default=6, show_default=True, type=click.IntRange(min=1), help="Number of head clusters.")
+@click.option(
+    "--model",
+    default=None,
+    help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
+    "are checked against the run's).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
-def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, store_path: str | None) -> None:
+def distances(
+    run_id: str | None, examples: int, clusters: int, model: str | None, quiet: bool, store_path: str | None
+) -> None:
     """Compute head distances (JS divergence, MDS, clusters) for a run and add them to the store."""
-    run_id = api.open(store_path).distances(run_id, examples, clusters, progress=not quiet)
+    run_id = api.open(store_path).distances(run_id, examples, clusters, progress=not quiet, model=model)
     click.echo(f"head distances of {run_id} written; see 'atlas query \"head distances\"'", err=True)
 
 
@@ -380,6 +397,12 @@ def distances(run_id: str | None, examples: int, clusters: int, quiet: bool, sto
     help="Only the GloVe probes, with the released code's vectors (each candidate gets the next word's); "
     "for comparison.",
 )
+@click.option(
+    "--model",
+    default=None,
+    help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
+    "are checked against the run's).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 @format_option
@@ -392,6 +415,7 @@ def probe(
     train_limit: int | None,
     eval_limit: int | None,
     glove_shift: bool,
+    model: str | None,
     quiet: bool,
     store_path: str | None,
     fmt: str,
@@ -407,6 +431,7 @@ def probe(
         eval_limit=eval_limit,
         glove_shift=glove_shift,
         progress=not quiet,
+        model=model,
     )
     emit(results, fmt, None)
     click.echo("written; see 'atlas query \"probe results\"'", err=True)
@@ -420,10 +445,16 @@ def probe(
     default=None,
     help="CSV of hand labels (example_id, layer, head, pattern): train the paper's CNN instead of the rule.",
 )
+@click.option(
+    "--model",
+    default=None,
+    help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
+    "are checked against the run's).",
+)
 @store_option
-def patterns(run_id: str | None, labels: Path | None, store_path: str | None) -> None:
+def patterns(run_id: str | None, labels: Path | None, model: str | None, store_path: str | None) -> None:
     """Class every (input, head) map into Kovaleva et al.'s five patterns (rule in 'atlas/patterns.py')."""
-    classed = api.open(store_path).patterns(run_id, labels)
+    classed = api.open(store_path).patterns(run_id, labels, model)
     if classed.f1 is not None:
         click.echo(
             f"CNN: cross-validated macro F1 {classed.f1:.1f} on the labels; {classed.n_maps:,} maps of "

@@ -288,17 +288,25 @@ class Atlas:
         with self.store.writing(), self.store.transaction():
             yield
 
-    def distances(self, run: str | None = None, examples: int = 500, clusters: int = 6, progress: bool = True) -> str:
+    def distances(
+        self,
+        run: str | None = None,
+        examples: int = 500,
+        clusters: int = 6,
+        progress: bool = True,
+        model: str | None = None,
+    ) -> str:
         """Compute head distances (Jensen-Shannon divergence between heads, averaged over ``run``'s first
         ``examples`` inputs; MDS and ``clusters`` clusters) and add them to the store; returns the run id.
-        Then: ``query("head distances")``."""
+        ``model``: the run's model where it has moved since the ingest (its weights are checked against the
+        run's). Then: ``query("head distances")``."""
         from atlas.distances import compute
 
         _positive("examples", examples)
         _positive("clusters", clusters)
         run_id = self.run_id(run)
         with self._writing():
-            compute(self.store, run_id, examples, clusters, progress=progress)
+            compute(self.store, run_id, examples, clusters, progress=progress, model=model)
         return run_id
 
     def probe(
@@ -313,10 +321,12 @@ class Atlas:
         eval_limit: int | None = None,
         glove_shift: bool = False,
         progress: bool = True,
+        model: str | None = None,
     ) -> pl.DataFrame:
         """Train Clark et al.'s attention probes (Section 5) on ``train_run``'s sentences and score their UAS
         on ``eval_run``'s (same model); the probes and their weights are stored together. ``glove_shift``:
-        only the GloVe probes, with the released code's vectors (for comparison). Then: ``query("probe
+        only the GloVe probes, with the released code's vectors (for comparison); ``model``: as for
+        ``distances``. Then: ``query("probe
         results")``, ``query("probe weights")``."""
         from atlas.probe import Settings, run
 
@@ -334,12 +344,14 @@ class Atlas:
             eval_limit=eval_limit,
         )
         with self._writing():
-            return pl.DataFrame(run(self.store, train_run, eval_run, settings, progress=progress))
+            return pl.DataFrame(run(self.store, train_run, eval_run, settings, progress=progress, model=model))
 
-    def patterns(self, run: str | None = None, labels: str | os.PathLike[str] | None = None) -> Classed:
+    def patterns(
+        self, run: str | None = None, labels: str | os.PathLike[str] | None = None, model: str | None = None
+    ) -> Classed:
         """Class every (input, head) map of ``run`` into Kovaleva et al.'s five patterns, by the rule in
         ``atlas.patterns`` or, given ``labels`` (a CSV of hand labels: example_id, layer, head, pattern), by
-        the paper's CNN trained on them. Then: ``query("pattern shares")``."""
+        the paper's CNN trained on them (``model``: as for ``distances``). Then: ``query("pattern shares")``."""
         from atlas.patterns import THRESHOLDS, classify
 
         run_id = self.run_id(run)
@@ -347,7 +359,7 @@ class Atlas:
             from atlas.pattern_cnn import train_and_classify
 
             with self._writing():
-                f1, n = train_and_classify(self.store, run_id, Path(labels))
+                f1, n = train_and_classify(self.store, run_id, Path(labels), model=model)
             return Classed(run_id, n, f1, None)
         with self._writing():
             n = classify(self.store, run_id)
@@ -525,17 +537,19 @@ def ingest(
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
-    from atlas.ingestion.run_id import Settings, check_device_name, ingested_run
+    from atlas.ingestion.run_id import Settings, check_settings, ingested_run
 
     corpus = Path(corpus)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
-    check_device_name(device)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
     if max_edges is not None and dense:
         raise AtlasError("--max-edges: --dense keeps every weight; give one of --dense and --max-edges")
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
     edges = Settings().max_edges if max_edges is None else max_edges
     settings = Settings(kept, max_length, pack, max_edges=edges, device=device)
+    check_settings(settings)
+    if sample is not None and sample < 1:
+        raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
     target = Store(store_path(store))
     known = ingested_run(
         target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings

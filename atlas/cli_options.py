@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import click
 
 from atlas.output import FORMATS, TABLE_ROWS
+
+
+def _expected(kind: click.ParamType) -> str:
+    """What an option of this type takes, in words ('1 or more', 'above 0', 'an integer')."""
+    if isinstance(kind, click.IntRange | click.FloatRange):
+        low = None if kind.min is None else f"above {kind.min}" if kind.min_open else f"{kind.min} or more"
+        high = None if kind.max is None else f"below {kind.max}" if kind.max_open else f"{kind.max} or less"
+        return " and ".join(part for part in (low, high) if part)
+    if isinstance(kind, click.Choice):
+        return "one of " + ", ".join(map(str, kind.choices))
+    return {"integer": "an integer", "float": "a number"}.get(kind.name, f"a {kind.name}")
+
+
+def bad_value(exc: click.BadParameter) -> str:
+    """A value click refused, in the one-line style of every other error: '--limit 0: expected 1 or more'."""
+    param = exc.param
+    flag = param.opts[0] if param is not None and param.opts else (exc.param_hint or "a value")
+    if param is None or not isinstance(param, click.Option):
+        return f"{flag}: {exc.message}"
+    given = re.match(r"'?(.*?)'? is not ", exc.message)
+    value = f" {given.group(1)}" if given else ""
+    return f"{flag}{value}: expected {_expected(param.type)}"
+
 
 STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."
 

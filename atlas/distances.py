@@ -57,9 +57,11 @@ def js_sums(attn: np.ndarray) -> tuple[np.ndarray, int]:
     return out.numpy(), n
 
 
-def compute(store: Store, run_id: str, n_examples: int, n_clusters: int, progress: bool = True) -> None:
-    """Compute head distances for a run and write them into the store."""
-    lm = run_model(store, run_id)
+def compute(
+    store: Store, run_id: str, n_examples: int, n_clusters: int, progress: bool = True, model: str | None = None
+) -> None:
+    """Compute head distances for a run and write them into the store (``model``: see ``run_model``)."""
+    lm = run_model(store, run_id, model=model)
     inputs = stored_inputs(store, run_id, n_examples)
     if not inputs:
         raise AtlasError(f"--run '{run_id}': the run has no input to compare heads on")

@@ -129,10 +129,13 @@ def _whole(path: Path, number: int, column: str, value: str) -> int:
     return int(digits)
 
 
-def train_and_classify(store: Store, run_id: str, labels_path: Path, progress: bool = True) -> tuple[float, int]:
-    """Cross-validated macro F1 of the CNN on the labels, and the number of maps classed."""
+def train_and_classify(
+    store: Store, run_id: str, labels_path: Path, progress: bool = True, model: str | None = None
+) -> tuple[float, int]:
+    """Cross-validated macro F1 of the CNN on the labels, and the number of maps classed (``model``: see
+    ``run_model``)."""
     labels = read_labels(labels_path)
-    lm = run_model(store, run_id)
+    lm = run_model(store, run_id, model=model)
     inputs = stored_inputs(store, run_id)
     examples = {item.example_id for item in inputs}
     for row in labels.iter_rows(named=True):

@@ -117,9 +117,12 @@ def _argmax(model: nn.Module):
     return lambda batch: _masked(model(batch), batch).argmax(dim=-1)
 
 
-def run(store: Store, train_run: str, eval_run: str, settings: Settings, progress: bool = True) -> list[dict]:
-    """Train every probe on ``train_run``, score them and the baselines on ``eval_run``, store the results."""
-    lm = run_model(store, train_run, "--train")
+def run(
+    store: Store, train_run: str, eval_run: str, settings: Settings, progress: bool = True, model: str | None = None
+) -> list[dict]:
+    """Train every probe on ``train_run``, score them and the baselines on ``eval_run``, store the results
+    (``model``: see ``run_model``)."""
+    lm = run_model(store, train_run, "--train", model)
     con = store.connect()
     hashes = dict(
         con.execute("SELECT run_id, model_hash FROM runs WHERE run_id IN (?, ?)", [train_run, eval_run]).fetchall()

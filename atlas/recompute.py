@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.forward import attention
 from atlas.model.load import LoadedModel, load_model
 from atlas.store import Store
@@ -30,8 +31,9 @@ class StoredInput:
     role: list[str | None]  # the special token's role (tokens.role), None for a word's piece
 
 
-def run_model(store: Store, run_id: str, option: str = "--run") -> LoadedModel:
-    """Load the model a run was made with; refuse one whose weights differ from the recorded hash."""
+def run_model(store: Store, run_id: str, option: str = "--run", model: str | None = None) -> LoadedModel:
+    """Load the model a run was made with (``model``: from there instead, where it has moved since); refuse one
+    whose weights differ from the recorded hash."""
     con = store.connect()
     row = con.execute(
         "SELECT model_source, model_hash, random_init, seed FROM runs WHERE run_id = ?", [run_id]
@@ -40,9 +42,14 @@ def run_model(store: Store, run_id: str, option: str = "--run") -> LoadedModel:
     if row is None:
         raise AtlasError(f"{option} '{run_id}': no such run in {store.root} (see 'atlas runs')")
     source, model_hash, random_init, seed = row
-    lm = load_model(source, random_init=random_init, seed=seed)
+    if model is None and Path(source).is_absolute() and not Path(source).is_dir():
+        raise AtlasError(
+            f"{option} '{run_id}': its model was at {source}, which is no longer there; give {arg('model')} and "
+            "the model's folder now (its weights are checked against the run's)"
+        )
+    lm = load_model(model or source, random_init=random_init, seed=seed)
     if lm.model_hash != model_hash:
-        raise AtlasError(f"{option} '{run_id}': the model at {source} is not the one the run was made with")
+        raise AtlasError(f"{option} '{run_id}': the model at {model or source} is not the one the run was made with")
     return lm
 
 

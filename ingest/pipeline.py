@@ -29,13 +29,13 @@ import torch
 import transformers
 from tqdm import tqdm
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.align import AlignedSentence, align
 from atlas.ingestion.conllu import Sentence
 from atlas.ingestion.corpus import CorpusInfo, read_corpus, sha256_of
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, run_id_for
+from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
 from atlas.ingestion.sparsify import BatchRows
 from atlas.ingestion.write import (
     ATTENTION_TABLES,
@@ -360,13 +360,10 @@ def ingest(
     staging of the chunks (``ingest.ray_engine``) instead of this process's."""
     if settings.pack not in PACK_MODES:
         raise AtlasError(f"--pack '{settings.pack}': expected one of {', '.join(PACK_MODES)}")
-    if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
-        raise AtlasError(f"--kept-mass {settings.kept_mass}: expected a value in (0, 1]")
-    max_length = settings.max_length or lm.max_positions
-    if max_length > lm.max_positions or max_length < 3:
-        raise AtlasError(f"--max-length {max_length}: the model takes inputs of 3 to {lm.max_positions} pieces")
-    if settings.max_edges is not None and settings.max_edges < 1:
-        raise AtlasError(f"--max-edges {settings.max_edges}: expected 1 or more")
+    check_settings(settings)
+    max_length = lm.max_positions if settings.max_length is None else settings.max_length
+    if max_length > lm.max_positions:
+        raise AtlasError(f"{arg('max_length', max_length)}: the model takes inputs of 3 to {lm.max_positions} pieces")
     if stage is None:  # an unknown or absent device: refused before anything runs (Ray's workers find their own)
         resolve_device(settings.device)
     settings = replace(settings, max_length=max_length)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
 from atlas.ingestion.glue_tsv import task_spec
 from atlas.model.identity import DEFAULT_MODEL, model_identity
@@ -35,7 +35,20 @@ class Settings:
 def check_device_name(name: str) -> None:
     """Refuse a ``--device`` that is none of ``DEVICES`` (whether torch sees it is ``ingest.device``'s question)."""
     if name not in DEVICES:
-        raise AtlasError(f"--device '{name}': expected one of {', '.join(DEVICES)}")
+        raise AtlasError(f"{arg('device', repr(name))}: expected one of {', '.join(DEVICES)}")
+
+
+def check_settings(settings: Settings) -> None:
+    """Refuse numbers out of range, before any model is loaded (the model's own longest input is checked once
+    it is loaded)."""
+    if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
+        raise AtlasError(f"{arg('kept_mass', settings.kept_mass)}: expected a share above 0 and at most 1")
+    if settings.max_length is not None and settings.max_length < 3:
+        shown = arg("max_length", settings.max_length)
+        raise AtlasError(f"{shown}: expected 3 or more (the special tokens and a word)")
+    if settings.max_edges is not None and settings.max_edges < 1:
+        raise AtlasError(f"{arg('max_edges', settings.max_edges)}: expected 1 or more")
+    check_device_name(settings.device)
 
 
 class ModelKey(Protocol):

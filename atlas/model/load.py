@@ -56,6 +56,8 @@ def load_model(
     looks_local = source.startswith((".", os.sep, "~")) or source.count(os.sep) > 1 or Path(source).exists()
     if looks_local and not Path(source).is_dir():
         raise AtlasError(f"--model '{shown}': no such model directory")
+    if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
+        source = str(Path(source).expanduser().resolve())
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False, **config_overrides)
         check_family(config, f"--model '{shown}'")
