@@ -132,22 +132,39 @@ def test_a_read_only_store_answers_every_query_and_is_left_as_it_was(read_only_c
         assert "cannot open" not in result.output and "read-only" not in result.output.lower(), result.output
         assert "Permission" not in result.output and "Traceback" not in result.output, result.output
     assert duckdb_cli(str(read_only_copy / "atlas.duckdb"), "SELECT count(*) FROM tokens", ROOT) == str(n_tokens)
-    if os.geteuid() == 0 and shutil.which("setpriv"):  # root writes through permissions: also try as nobody
-        nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-        db = str(read_only_copy / "atlas.duckdb")
-        assert duckdb_cli(db, "SELECT count(*) FROM tokens", Path("/"), user=nobody) == str(n_tokens)
-        done = subprocess.run(
-            [*nobody, sys.executable, "-m", "atlas.cli", "sql", "SELECT count(*) AS n FROM words", "--store",
-             str(read_only_copy), "--format", "csv"],
-            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        )  # fmt: skip
-        assert done.returncode == 0 and int(done.stdout.split()[1]) > 0, done.stderr
-        run_id = Store(read_only_copy).run_ids()[0]
-        done = subprocess.run(
-            [*nobody, sys.executable, "-m", "atlas.cli", "rm", run_id, "--store", str(read_only_copy)],
-            cwd=ROOT, capture_output=True, text=True, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
-        )  # fmt: skip
-        assert done.returncode == 1 and "cannot write to this store (Permission denied)" in done.stderr, done.stderr
+    assert state(read_only_copy) == before
+
+
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+def _as_nobody(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([*NOBODY, *args], cwd=cwd, capture_output=True, text=True, env=env)
+
+
+def test_a_read_only_store_as_a_user_who_cannot_write_it(read_only_copy, n_tokens):
+    """Root writes through permissions, so the store is also read as the user nobody: the DuckDB shell and
+    atlas answer, and 'atlas rm' is refused in one line. Nobody must reach this Python and the DuckDB shell:
+    a checkout inside a private folder (mode 0700) leaves them out of its reach, and the check is skipped."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to act as another user")
+    here = read_only_copy.parent  # a folder every user can enter
+    reach = _as_nobody([sys.executable, "-c", "import atlas.cli"], here)
+    shell = _as_nobody([DUCKDB_CLI, "-version"], here)
+    if reach.returncode != 0 or shell.returncode != 0:
+        why = (reach.stderr or shell.stderr).strip().splitlines()[-1:]
+        pytest.skip(f"the user nobody cannot run this checkout's Python or DuckDB shell: {' '.join(why)}")
+    before = state(read_only_copy)
+    db = str(read_only_copy / "atlas.duckdb")
+    assert duckdb_cli(db, "SELECT count(*) FROM tokens", Path("/"), user=NOBODY) == str(n_tokens)
+    sql = "SELECT count(*) AS n FROM words"
+    done = _as_nobody([sys.executable, "-m", "atlas.cli", "sql", sql, "--store", db.removesuffix("/atlas.duckdb"),
+                       "--format", "csv"], here)  # fmt: skip
+    assert done.returncode == 0 and int(done.stdout.split()[1]) > 0, done.stderr
+    run_id = Store(read_only_copy).run_ids()[0]
+    done = _as_nobody([sys.executable, "-m", "atlas.cli", "rm", run_id, "--store", str(read_only_copy)], here)
+    assert done.returncode == 1 and "cannot write to this store (Permission denied)" in done.stderr, done.stderr
     assert state(read_only_copy) == before
 
 
