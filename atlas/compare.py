@@ -1,9 +1,9 @@
 """One catalogue entry across runs: the runs' answers aligned on the entry's key columns, one value column per
 run and the differences to the first run.
 
-Keys: layer and head where the answer has them (a NULL head is a layer's row, as in 'special tokens'), else
-the columns ``KEYS`` names. Answers per head or layer align only between runs of the same shape (layers x
-heads); other runs are refused in one line.
+Keys: the columns the entry's header names (``-- keys: relation``, read into ``Entry.keys``), else layer and
+head where the answer has them (a NULL head is a layer's row, as in 'special tokens'). Answers per head or
+layer align only between runs of the same shape (layers x heads); other runs are refused in one line.
 """
 
 from __future__ import annotations
@@ -16,19 +16,16 @@ import polars as pl
 from atlas.catalogue import Entry
 from atlas.errors import AtlasError
 
-# entries whose rows are not (only) heads or layers: the columns naming a row
-KEYS = {
-    "best head per dependency relation": ("relation",),
-    "coreference heads": ("predictor", "layer", "head"),
-}
 HEAD_KEYS = ("layer", "head")
 
 
 def key_columns(entry: Entry, columns: pl.DataFrame | Sequence[str]) -> tuple[str, ...]:
     """The columns naming a row of ``entry``'s answer (``columns``: the answer, or its column names)."""
-    keys = KEYS.get(entry.name) or tuple(c for c in HEAD_KEYS if c in columns)
+    keys = entry.keys or tuple(c for c in HEAD_KEYS if c in columns)
     if not keys:
         raise AtlasError(f"'{entry.name}': its rows have no key to align runs on (no relation, layer or head)")
+    if missing := [k for k in keys if k not in columns]:
+        raise AtlasError(f"'{entry.name}': its header's keys {', '.join(missing)} are not columns of its answer")
     return keys
 
 

@@ -81,6 +81,14 @@ def macro_call(entry: Entry) -> str:
     return f"FROM {macro_name(entry)}({', '.join(args)})"
 
 
+def compare_macro_call(entry: Entry) -> str:
+    """How the shell calls the entry's comparison of two runs (a: NULL, the latest run; b: required), its other
+    parameters with their defaults."""
+    parameters = (RUN_A, RUN_B, *(p for p in entry.parameters if p.name != "run"))
+    args = [f"{p.name} := {'REQUIRED' if p.default is None else _default_sql(p)}" for p in parameters]
+    return f"FROM {compare_macro_name(entry)}({', '.join(args)})"
+
+
 def _argument_sql(macro: str, p: Parameter) -> str:
     """SQL building the text that replaces ``$name``: the argument (macro parameter ``p.name``) as a literal;
     NULL: the latest run for a run parameter, an error for a required one."""

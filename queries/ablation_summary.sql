@@ -6,6 +6,8 @@
 --   disabling helps, and the best and worst whole-layer gains (which layer). Headline metric of each
 --   task (accuracy; F1 for MRPC/QQP; Pearson for STS-B). Run 'atlas ablate' first.
 -- parameters:
+-- needs: SELECT count(*) FROM ablations
+--   else: no ablations in the store: run 'atlas ablate' first
 -- plot:
 
 WITH a AS (SELECT * FROM ablations WHERE metric = primary_metric AND kind IN ('head', 'layer'))

@@ -30,6 +30,7 @@
 --   min_count: relations with fewer words are left out ('all' rows excepted) (default: 100)
 --   poss_rule: true: score nmod:poss with the released code's possessive rule; false: plainly (default: true)
 --   direction: where the best head is looked for: both, dependent -> head, or head -> dependent (default: both)
+-- keys: relation
 
 WITH sentence_words AS (
     SELECT

@@ -15,6 +15,11 @@
 --   row: the answer is empty, with a note saying so.
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: roles stored
+-- notes: cls or bos token
+--   else: there is no [CLS] row, the answer is empty
+-- notes: sep or eos token
+--   else: sep is empty
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
 
 WITH dense AS (

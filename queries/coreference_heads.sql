@@ -17,6 +17,10 @@
 -- parameters:
 --   run: run id (default: the latest run)
 --   select_run: run whose accuracies select the head; empty for the run itself (default: )
+-- needs: SELECT count(*) FROM mentions WHERE run_id = $run
+--   else: run {run} has no coreference mentions: ingest a corpus with CorefUD 'Entity=' annotations
+--   (e.g. UD English GUM) with --pack window
+-- keys: predictor, layer, head
 -- plot: heatmap all_types pronoun proper nominal
 
 WITH runs_used AS (

@@ -15,6 +15,9 @@
 --   note saying so.
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: roles stored
+-- notes: cls or bos token
+--   else: cls_entropy is empty
 -- plot: layers entropy cls_entropy
 
 WITH per_input AS (

@@ -22,6 +22,7 @@
 --   BOS above all, are attended by more rows than late ones.
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: roles stored
 -- plot: heatmap cls sep noun verb pronoun subject object negation
 
 WITH w AS (SELECT * FROM words WHERE run_id = $run),

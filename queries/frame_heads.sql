@@ -14,6 +14,8 @@
 -- parameters:
 --   run: run id (default: the latest run)
 --   pairs: all (the paper's text) or zip (the released code) (default: all)
+-- needs: SELECT count(*) FROM frames WHERE run_id = $run
+--   else: run {run} has no FrameNet frames: ingest FrameNet exemplars with --format framenet
 -- plot: heatmap score
 
 WITH checked AS (  -- the run's row; raises for a sparse run or an unknown pairs value

@@ -7,6 +7,8 @@
 --   set, 3 epochs, learning rate 2e-5 with 10 % warm-up, batch 32: Michel et al.'s prepare_task.sh). One row
 --   per model and metric.
 -- parameters:
+-- needs: SELECT count(*) FROM task_models
+--   else: no task models in the store: run 'atlas finetune' first
 -- plot:
 
 SELECT task,

@@ -10,6 +10,8 @@
 --   [SEP] is the tokenizer's sep token (by its id, not its string).
 -- parameters:
 --   model_run: run id of the gradients, empty for the first one in the store (default: )
+-- needs: SELECT count(*) FROM attention_gradients
+--   else: no attention gradients in the store: run 'atlas grads' first
 -- plot: curve layer mean_abs_grad target
 
 SELECT run_id AS model_run,

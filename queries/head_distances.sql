@@ -12,6 +12,8 @@
 --   Run 'atlas distances --run RUN' first: it recomputes the run's dense maps and writes the tables.
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: SELECT count(*) FROM head_pairs WHERE run_id = $run
+--   else: 'head distances' of run {run} are not computed yet: run 'atlas distances --run {run}' first
 -- plot: mds mds_x mds_y cluster
 
 WITH scores AS (

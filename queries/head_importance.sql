@@ -9,6 +9,8 @@
 -- parameters:
 --   task: GLUE task (default: SST-2)
 --   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
+-- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
+--   else: no head importance in the store: run 'atlas importance' first
 -- plot: heatmap importance_normalised importance
 
 WITH chosen AS (

@@ -11,6 +11,8 @@
 --   method: uniform or mask (default: uniform)
 --   metric: metric name, empty for the task's first (default: )
 --   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
+-- needs: SELECT count(*) FROM ablations
+--   else: no ablations in the store: run 'atlas ablate' first
 -- plot: bars layer value baseline
 
 WITH chosen AS (

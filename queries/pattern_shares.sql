@@ -10,6 +10,8 @@
 --   to_sep): a model without them (GPT-2) has no Vertical map, and a Llama-style decoder's Vertical is
 --   its attention to the BOS.
 -- parameters:
+-- needs: SELECT count(*) FROM patterns
+--   else: no attention patterns in the store: run 'atlas patterns --run RUN' first
 -- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
 
 SELECT p.run_id, p.method, any_value(r.corpus) AS corpus, any_value(r.model) AS model,

@@ -19,6 +19,8 @@
 --   ROOT's [CLS] and [SEP] are by role (tokens.role): the cls or bos token, and the other special tokens
 --   (sep, eos); attention to a token the input lacks is 0 (GPT-2: no ROOT channel at all).
 -- parameters:
+-- needs: SELECT count(*) FROM probes
+--   else: no probe results in the store: run 'atlas probe --train RUN --eval RUN' first
 -- plot:
 
 SELECT e.model,

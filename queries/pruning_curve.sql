@@ -9,6 +9,8 @@
 --   with model_run (the figure draws one line per task).
 -- parameters:
 --   model_run: task model run id, empty for every model (default: )
+-- needs: SELECT count(*) FROM ablations WHERE kind = 'pruned'
+--   else: no pruning results in the store: run 'atlas importance' first
 -- plot: curve pruned_share value task
 
 WITH a AS (

@@ -20,6 +20,12 @@
 --   row: sep_sep, to_itself and to_other_sep are empty (with a note saying so) and rest_sep is 0.
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: roles stored
+-- notes: sep or eos token
+--   else: sep_sep, to_itself and to_other_sep are empty, rest_sep is 0
+-- notes: SELECT count(*) FROM examples WHERE run_id = $run AND n_sentences = 2
+--   else: run {run} has no two-segment inputs, so every input has one [SEP] (the paper's inputs are
+--   [CLS] a [SEP] b [SEP]: ingest with --pack pair)
 -- plot: layers sep_sep rest_sep
 
 WITH seps AS (
