@@ -4,8 +4,10 @@ Rows stream from DuckDB in batches, so memory stays bounded whatever the result'
 every value into text (lists, structs and maps as JSON text; BLOB, INTERVAL, HUGEINT, ... as DuckDB
 writes them), so every type comes out in every format:
 
-- table: the first ``limit`` rows, cut to the terminal's width, nulls blank, and a line saying how many
-  rows were left out;
+- table: the first ``limit`` rows in the terminal's width, nulls blank, and a line saying how many rows
+  were left out. Nothing the reader needs is cut: long text wraps inside its column, a long column name is
+  cut in its middle (the names stay distinct and are given in full below the table), and where the columns
+  do not fit even so, each row is printed as a record, one ``column: value`` line each;
 - csv: a header and one line per row (quoted only where needed, nulls empty);
 - json: an array of row objects (NaN and infinities as null, which JSON cannot hold);
 - parquet: the values as they are (a file only; INTERVAL and UNION as text).
@@ -16,6 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import textwrap
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -35,7 +39,10 @@ _NESTED = {"list", "struct", "map", "array", "union"}
 _FLOATS = {"float", "double"}
 _AS_TEXT_IN_PARQUET = {"interval", "union"}
 _NUMBERS = _FLOATS | {"tinyint", "smallint", "integer", "bigint", "utinyint", "usmallint", "uinteger", "ubigint"}
-_MIN_WIDTH = 6  # narrowest a column is cut to before columns are left out
+_TEXT_MIN = 16  # narrowest a text column is wrapped to (wider where a word of it is longer: words stay whole)
+_NAME_MIN = 12  # shortest a column name is cut to, ...
+_RUN_KEEP = 7  # ... and a name col@run to no less than col@ and this many characters of the run id
+_SMALLEST = 20  # the narrowest width a table is laid out for
 
 
 def output_format(fmt: str | None, out: Path | None) -> str:
@@ -152,7 +159,8 @@ class Result:
         text = render_table(self.names, shown, numeric, width)
         if left_out:
             rows = "row" if left_out == 1 else "rows"
-            text += f"\n{left_out:,} more {rows} not shown (--limit N shows more; --format csv writes them all)"
+            note = f"{left_out:,} more {rows} not shown (--limit N shows more; --format csv writes them all)"
+            text += "\n" + "\n".join(_wrap(note, max(width, _SMALLEST)))
         return text, len(shown)
 
 
@@ -168,7 +176,7 @@ def _cell(value: object) -> str:
         if value != value or value in (float("inf"), float("-inf")):
             return str(value)
         return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e12 else f"{value:.3e}"
-    return str(value).replace("\n", " ")
+    return " ".join(str(value).splitlines()).replace("\t", " ")  # one line: a table wraps it itself
 
 
 def _write_lines(sink: TextIO, batches: Iterator[list[str]], start: str, sep: str, end: str) -> int:
@@ -187,37 +195,157 @@ def _write_lines(sink: TextIO, batches: Iterator[list[str]], start: str, sep: st
 
 
 def render_table(names: list[str], rows: list[list[str]], numeric: list[bool], width: int) -> str:
-    """A box table of text cells, numbers right-aligned, columns cut (with …) or left out to fit ``width``."""
-    widths = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(names)]
-    keep = len(names)
+    """A box table of text cells, numbers right-aligned, at most ``width`` characters wide (``names``: the column
+    names; ``rows``: each row's cells as text; ``numeric``: per column, whether it holds numbers).
 
-    def total(n: int) -> int:
-        return sum(widths[:n]) + 3 * n + 1
-
-    while total(keep) > width:
-        widest = max(range(keep), key=lambda i: widths[i])
-        if widths[widest] > _MIN_WIDTH:
-            widths[widest] -= 1  # the widest column gives up a character, until every column is as narrow
-        elif keep > 1:
-            keep -= 1
-        else:
+    Columns wider than their share of ``width`` give up characters, the widest first: long text wraps onto more
+    lines (at spaces; a word is never split) and a long column name is cut in its middle, keeping its start and
+    its end (``entropy@en…c2b1d0``) and as much more as it takes to tell it from every other name; the names
+    cut are given in full below the table. Where the columns do not fit even so, the rows are printed as
+    records instead (see ``render_records``): no column is left out and no value cut."""
+    names = _unique(names)
+    natural = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(names)]
+    room = width - 3 * len(names) - 1  # the columns' own width: the rest is borders and padding
+    if sum(natural) <= room:
+        return _boxed(names, rows, numeric, natural)
+    floors = [_floor(name, [r[i] for r in rows], numeric[i]) for i, name in enumerate(names)]
+    while True:
+        widths = _fill(natural, floors, room)
+        if widths is None:
+            return render_records(names, rows, width)
+        shown = [_short(name, w) for name, w in zip(names, widths, strict=True)]
+        seen = Counter(shown)
+        clashes = [i for i, short in enumerate(shown) if seen[short] > 1 and short != names[i]]
+        if not clashes:
             break
+        for i in clashes:  # a cut name that reads like another: it keeps one more character
+            floors[i] = widths[i] + 1
+    text = _boxed(shown, rows, numeric, widths)
+    cut = [(short, name) for short, name in zip(shown, names, strict=True) if short != name]
+    if cut:
+        text += "\n" + "\n".join(_legend(cut, max(width, _SMALLEST)))
+    return text
+
+
+def render_records(names: list[str], rows: list[list[str]], width: int) -> str:
+    """The rows as records, as for a table too wide for ``width``: one ``column: value`` line per column (a long
+    value wraps onto more lines, indented under its start), the records parted by a blank line."""
+    width = max(width, _SMALLEST)
+    names = _unique(names)
+    if not rows:
+        return "\n".join(_wrap(f"no rows; the columns: {', '.join(names)}", width))
+    label = max(len(name) for name in names) + 2  # "name: " with the values aligned after the longest
+    records = []
+    for row in rows:
+        lines: list[str] = []
+        for name, value in zip(names, row, strict=True):
+            if label <= width // 2 and _longest_word(value) <= width - label:
+                values = _wrap(value, width - label)
+                lines += [f"{name}:".ljust(label) + values[0], *(" " * label + v for v in values[1:])]
+            elif len(name) + 2 + len(value) <= width:
+                lines.append(f"{name}: {value}")
+            else:  # a name too long to align the value after, or a word too long: the value on lines of its own
+                lines += _wrap(f"{name}:", width)
+                lines += ["  " + v for v in _wrap(value, width - 2)] if value else []
+        records.append("\n".join(line.rstrip() for line in lines))
+    return "\n\n".join(records)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces; a word longer than a line is split."""
+    if len(text) <= width:
+        return [text]
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def _short(name: str, width: int) -> str:
+    """``name`` in at most ``width`` characters: cut in its middle (…), keeping its start and its end; a name
+    ``col@run`` (a run's column in a comparison) keeps ``col@``, a third of what is left for the run id from
+    its start and the rest from its end, where runs of one corpus and model differ (``entropy@en…c2b1d0``)."""
+    if len(name) <= width:
+        return name
+    keep = width - 1
+    at = name.rfind("@")
+    rest = keep - (at + 1)
+    head = at + 1 + rest // 3 if at >= 0 and rest >= 4 else (keep + 1) // 2
+    tail = keep - head
+    return name[:head] + "…" + (name[-tail:] if tail else "")
+
+
+def _floor(name: str, cells: list[str], numeric: bool) -> int:
+    """The narrowest a column may be: its numbers whole, its words whole (text wraps to no fewer than
+    ``_TEXT_MIN`` characters), its name to no fewer than ``_NAME_MIN`` characters or, in a name col@run,
+    ``col@`` and ``_RUN_KEEP`` characters of the run id."""
+    widest = max((len(c) for c in cells), default=0)
+    if numeric:
+        content = widest
+    else:
+        content = min(widest, max(_TEXT_MIN, *(_longest_word(c) for c in cells)))
+    return max(content, min(len(name), max(_NAME_MIN, name.rfind("@") + 1 + _RUN_KEEP)))
+
+
+def _fill(natural: list[int], floors: list[int], room: int) -> list[int] | None:
+    """Column widths that fill ``room`` characters: each column its ``natural`` width, but no wider than a cap
+    that the widest give up characters to (none below its floor); None when even the floors do not fit."""
+    if sum(floors) > room:
+        return None
+
+    def used(cap: int) -> int:
+        return sum(max(f, min(n, cap)) for n, f in zip(natural, floors, strict=True))
+
+    low, high = 0, max(natural)  # used(low) <= room < used(high): the highest cap that fits is in [low, high)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if used(middle) <= room else (low, middle)
+    widths = [max(f, min(n, low)) for n, f in zip(natural, floors, strict=True)]
+    spare = room - sum(widths)
+    for i in sorted(range(len(widths)), key=lambda i: widths[i] - natural[i]):  # the most cut first
+        if spare and widths[i] < natural[i]:
+            widths[i] += 1
+            spare -= 1
+    return widths
+
+
+def _boxed(names: list[str], rows: list[list[str]], numeric: list[bool], widths: list[int]) -> str:
+    """The box table of ``rows`` in columns of ``widths``, headed by ``names`` (no wider than their columns); a
+    cell wider than its column wraps onto more lines, and rows of more than one line are parted by a rule."""
 
     def fit(text: str, i: int) -> str:
-        text = text if len(text) <= widths[i] else text[: widths[i] - 1] + "…"
         return text.rjust(widths[i]) if numeric[i] else text.ljust(widths[i])
 
-    def line(left: str, mid: str, right: str) -> str:
-        return left + mid.join("─" * (widths[i] + 2) for i in range(keep)) + right
+    def rule(left: str, mid: str, right: str, dash: str = "─") -> str:
+        return left + mid.join(dash * (w + 2) for w in widths) + right
 
-    out = [line("┌", "┬", "┐"), "│ " + " │ ".join(fit(names[i], i).ljust(widths[i]) for i in range(keep)) + " │"]
-    out.append(line("╞", "╪", "╡").replace("─", "═"))
-    out += ["│ " + " │ ".join(fit(r[i], i) for i in range(keep)) + " │" for r in rows]
-    out.append(line("└", "┴", "┘"))
-    if keep < len(names):
-        note = f"{len(names) - keep} more columns not shown (--format csv shows them): {', '.join(names[keep:])}"
-        out.append(note if len(note) <= width else note[: width - 1] + "…")
+    out = [rule("┌", "┬", "┐"), "│ " + " │ ".join(fit(name, i) for i, name in enumerate(names)) + " │"]
+    out.append(rule("╞", "╪", "╡", "═"))
+    wrapped = [[_wrap(cell, widths[i]) for i, cell in enumerate(row)] for row in rows]
+    tall = any(len(cell) > 1 for row in wrapped for cell in row)
+    for k, row in enumerate(wrapped):
+        if tall and k:
+            out.append(rule("├", "┼", "┤"))
+        for line in range(max((len(cell) for cell in row), default=1)):
+            parts = (fit(cell[line] if line < len(cell) else "", i) for i, cell in enumerate(row))
+            out.append("│ " + " │ ".join(parts) + " │")
+    out.append(rule("└", "┴", "┘"))
     return "\n".join(out)
+
+
+def _legend(cut: list[tuple[str, str]], width: int) -> list[str]:
+    """Lines giving each cut column name (short, full) in full, each line at most ``width`` characters."""
+    lines = _wrap("column names cut above, in full:", width)
+    column = max(len(short) for short, _ in cut)  # the full names aligned after the longest cut one
+    for short, name in cut:
+        line = f"  {short.ljust(column)}  {name}"
+        if len(line) <= width:
+            lines.append(line)
+        else:  # the full name on a line of its own, indented less where it needs the room
+            indent = " " * max(0, min(4, width - len(name)))
+            lines += [f"  {short}", *(indent + part for part in _wrap(name, width - len(indent)))]
+    return lines
 
 
 def terminal_width() -> int:

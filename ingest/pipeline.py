@@ -108,16 +108,27 @@ def _targets(lay: Layout) -> dict[str, np.ndarray]:
     }
 
 
-class _Running:
-    """A chunk's sentences through the model, shown beside the bar; the bar itself counts the sentences
-    written, so it reaches 100 % only when the last chunk is on disk."""
+class _Progress:
+    """The ingest's bar: it counts the sentences through the model and moves with each forward batch (by the
+    sentences of its inputs), so that it shows a rate and an ETA; beside it, ``written N``: the sentences whose
+    chunk is on disk and marked done (all of them only when the last chunk is)."""
 
-    def __init__(self, bar: tqdm, size: int) -> None:
-        self.bar, self.size, self.n = bar, size, 0
+    def __init__(self, bar: tqdm) -> None:
+        self.bar = bar
+        self.written = 0  # sentences in the chunks marked done
+        self._lock = threading.Lock()  # ``wrote`` runs in the thread that marks chunks done
+        bar.set_postfix_str("written 0", refresh=False)
 
-    def update(self, n: int) -> None:
-        self.n += n
-        self.bar.set_postfix_str(f"model {self.n}/{self.size}")
+    def ran(self, n: int) -> None:
+        """``n`` more sentences through the model (or found in a chunk done before, on a resumed ingest)."""
+        if n:
+            self.bar.update(n)
+
+    def wrote(self, n: int) -> None:
+        """``n`` more sentences on disk, their chunk marked done."""
+        with self._lock:
+            self.written += n
+            self.bar.set_postfix_str(f"written {self.written}")
 
 
 class _Batch(NamedTuple):
@@ -167,10 +178,10 @@ def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[
     return _Chunk(rows, batches, sum(e.skipped for e in examples))
 
 
-def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running) -> ChunkRows:
+def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Progress) -> ChunkRows:
     """Run the model over a prepared chunk (batched by length) on ``settings.device`` and add its attention rows;
     the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
-    pass computes them. Each batch is let go once its rows are in."""
+    pass computes them. Each batch is let go once its rows are in, and moves ``progress`` by its sentences."""
     device = resolve_device(settings.device)
     lm.model.to(device)
     while chunk.batches:
@@ -178,8 +189,8 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, bar: _Running
         stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in batch.layouts], device, batch.rows.layer)
         tables = dict(zip(ATTENTION_TABLES, batch.rows.tables(), strict=True))
         chunk.rows.add_attention([ex.example_id for ex in batch.examples], tables)
-        bar.update(sum(len(ex.sentences) for ex in batch.examples))
-    bar.update(chunk.n_skipped)
+        progress.ran(sum(len(ex.sentences) for ex in batch.examples))
+    progress.ran(chunk.n_skipped)
     return chunk.rows
 
 
@@ -202,13 +213,17 @@ def _write_chunk(
     _mark_done(counts, marker)
 
 
-def _mark_done(counts: dict, marker: Path, writes: Iterable[Future] = ()) -> None:
-    """Once ``writes`` (a chunk's tables being written) are done, mark the chunk done with its counts."""
+def _mark_done(
+    counts: dict, marker: Path, writes: Iterable[Future] = (), then: Callable[[], None] = lambda: None
+) -> None:
+    """Once ``writes`` (a chunk's tables being written) are done, mark the chunk done with its counts, then call
+    ``then`` (the progress bar's count of the sentences written)."""
     for write in writes:
         write.result()
     tmp = marker.with_name(f".{marker.name}.tmp")
     tmp.write_text(json.dumps(counts))
     tmp.replace(marker)
+    then()
 
 
 def read_marker(marker: Path) -> dict | None:
@@ -247,7 +262,7 @@ def stage_chunk(
     """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
     marker) and return its counts: the unit of work of an engine that runs chunks elsewhere (``ingest.ray_engine``)."""
     with tqdm(disable=True) as bar:
-        rows = _run_chunk(lm, _prepare_chunk(lm, inputs, run_id, examples, settings), settings, _Running(bar, 0))
+        rows = _run_chunk(lm, _prepare_chunk(lm, inputs, run_id, examples, settings), settings, _Progress(bar))
     counts = _counts(examples, rows)
     _write_chunk(staging, chunk, rows.tables(), rows.dense, counts, done_marker(staging, chunk))
     return counts
@@ -314,18 +329,20 @@ def _stage_chunks(
         ThreadPoolExecutor(max_workers=1) as marking,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
     ):
+        progress = _Progress(bar)
         pending: Future | None = None
         for chunk, block in enumerate(chunks(corpus, lm, settings, inputs)):
             marker = done_marker(staging, chunk)
             counts = read_marker(marker)
             n_sent = sum(len(e.sentences) for e in block)
-            if counts is not None:
-                bar.update(n_sent)
+            if counts is not None:  # done before: a resumed ingest's bar starts past it
+                progress.ran(n_sent)
+                progress.wrote(n_sent)
             else:
                 ready = _prepare_chunk(lm, inputs, run_id, block, settings)
                 if pending is not None and not background:  # read and prepared beside the last chunk's writing
                     pending.result()
-                rows = _run_chunk(lm, ready, settings, _Running(bar, n_sent))
+                rows = _run_chunk(lm, ready, settings, progress)
                 counts = _counts(block, rows)
                 if pending is not None:
                     pending.result()
@@ -334,8 +351,7 @@ def _stage_chunks(
                     for name in WRITE_ORDER
                 ]
                 freeze()
-                pending = marking.submit(_mark_done, counts, marker, writes)
-                pending.add_done_callback(lambda done, n=n_sent: done.exception() or bar.update(n))
+                pending = marking.submit(_mark_done, counts, marker, writes, lambda n=n_sent: progress.wrote(n))
             for key in totals:
                 totals[key] += counts[key]
         if pending is not None:
@@ -359,7 +375,7 @@ def ingest(
     """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store; ``stage``: another engine's
     staging of the chunks (``ingest.ray_engine``) instead of this process's."""
     if settings.pack not in PACK_MODES:
-        raise AtlasError(f"--pack '{settings.pack}': expected one of {', '.join(PACK_MODES)}")
+        raise AtlasError(f"{arg('pack', repr(settings.pack))}: expected one of {', '.join(PACK_MODES)}")
     check_settings(settings)
     max_length = lm.max_positions if settings.max_length is None else settings.max_length
     if max_length > lm.max_positions:

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
@@ -84,12 +85,13 @@ def test_every_type_as_a_table(result):
 
 
 def test_table_fits_the_width_and_null_cells_are_blank():
-    rows = [["a" * 50, "", "1.0000"], ["b", "x", "22.0000"]]
+    rows = [["a " * 25, "", "1.0000"], ["b", "x", "22.0000"]]
     text = render_table(["long", "maybe", "num"], rows, [False, False, True], 40)
-    assert all(len(line) <= 40 for line in text.splitlines())
-    assert "…" in text and "null" not in text and "│       │" in text.replace("│ x     │", "")
-    narrow = render_table([f"c{i}" for i in range(30)], [["value"] * 30], [False] * 30, 50)
-    assert all(len(line) <= 50 for line in narrow.splitlines()) and "more columns not shown" in narrow
+    lines = text.splitlines()
+    assert all(len(line) <= 40 for line in lines) and len(lines[0]) == 40  # the whole width, no more
+    assert "null" not in text and "│       │" in text.replace("│ x     │", "")
+    assert text.split().count("a") == 25 and "…" not in text  # the long text wraps onto more lines, whole
+    assert "│  1.0000 │" in text and "│ 22.0000 │" in text and "│     num │" in text  # numbers to the right
 
 
 def test_format_from_the_file_name(tmp_path):
@@ -148,3 +150,158 @@ def test_table_says_how_many_rows_were_left_out(store_with_a_run):
         cli, ["sql", "SELECT * FROM range(1000)", "--store", str(store_with_a_run), "--limit", "5", "--format", "csv"]
     )
     assert result.stdout.split() == ["range", "0", "1", "2", "3", "4"]
+
+
+RUN_P = "en_ewt-ud-dev__bert-base-uncased__a3f9c2b1d0"  # two runs of one corpus and model: only the hash differs
+RUN_R = "en_ewt-ud-dev__bert-base-uncased__77e1f0a2b3"
+
+
+def _table(frame: pl.DataFrame, width: int, limit: int = 40) -> str:
+    """``frame`` as ``atlas`` prints it on a terminal ``width`` characters wide."""
+    return Result(duckdb.connect().from_arrow(frame.to_arrow())).table(limit, width)[0]
+
+
+def _headers(text: str) -> list[str]:
+    """The column names a box table shows (its second line)."""
+    return [cell.strip() for cell in text.splitlines()[1].strip("│").split("│")]
+
+
+def _comparison() -> pl.DataFrame:
+    """Like ``atlas query entropy --run P --compare R``: per value column one column per run and the difference."""
+    n = 12
+    return pl.DataFrame(
+        {
+            "layer": [1 + i // 4 for i in range(n)],
+            "head": [1 + i % 4 for i in range(n)],
+            f"entropy@{RUN_P}": [2.5 + i / 7 for i in range(n)],
+            f"entropy@{RUN_R}": [2.4 + i / 9 for i in range(n)],
+            f"entropy_diff@{RUN_R}": [-0.1 - i / 63 for i in range(n)],
+        }
+    )
+
+
+@pytest.mark.parametrize("width", [60, 80, 100, 120, 250])
+def test_comparison_columns_stay_distinct_and_name_their_runs_in_full(width):
+    frame = _comparison()
+    text = _table(frame, width)
+    assert all(len(line) <= width for line in text.splitlines()), width
+    assert RUN_P in text and RUN_R in text  # every run id whole, in a header or below the table
+    if text.startswith("┌"):
+        headers = _headers(text)
+        assert len(headers) == len(frame.columns) == len(set(headers)), headers
+        for header, name in zip(headers, frame.columns, strict=True):
+            assert header == name or ("…" in header and f"\n  {header}" in text), (header, name)  # and in full
+            if "@" in name:  # the run's column keeps its own name and the run id's last characters
+                assert header.startswith(name.split("@")[0] + "@") and header[-4:] == name[-4:], header
+        assert "2.5000" in text and "-0.1000" in text  # the numbers whole
+    else:
+        assert f"entropy_diff@{RUN_R}:" in text
+
+
+def test_a_comparison_on_a_common_terminal_is_a_table():
+    text = _table(_comparison(), 80)
+    assert text.startswith("┌") and len(text.splitlines()[0]) == 80  # the whole width
+    assert _headers(text)[2:] == ["entropy@en…c2b1d0", "entropy@en…f0a2b3", "entropy_diff@en…0a2b3"]
+    legend = text.split("column names cut above, in full:\n")[1]
+    assert legend.startswith(f"  entropy@en…c2b1d0      entropy@{RUN_P}\n  entropy@en…f0a2b3      entropy@{RUN_R}\n")
+    assert legend.endswith(f"\n  entropy_diff@en…0a2b3\n    entropy_diff@{RUN_R}")  # too long for one line: two
+
+
+def test_headers_cut_alike_keep_characters_until_they_differ():
+    names = [f"score@{'x' * 30}{k}{'y' * 12}" for k in "abc"]  # differ in the middle only
+    text = render_table(names, [["1", "2", "3"]], [True] * 3, 100)
+    headers = _headers(text)
+    assert len(set(headers)) == 3 and all(len(line) <= 100 for line in text.splitlines()), headers
+    assert all("…" in header for header in headers) and all(name in text for name in names)
+    narrow = render_table(names, [["1", "2", "3"]], [True] * 3, 70)  # too narrow to tell them apart: records
+    assert narrow.splitlines() == [f"{name}: {k}" for name, k in zip(names, "123", strict=True)]
+    twins = render_table(["x", "x"], [["1", "2"]], [True, True], 40)
+    assert len(set(_headers(twins))) == 2
+
+
+def _catalogue() -> pl.DataFrame:
+    """Like ``atlas queries``: short names, long texts."""
+    words = "attention heads over dependency relations coreference sinks entropy patterns".split()
+    rows = []
+    for i in range(6):
+        rows.append(
+            {
+                "name": f"entry number {i}",
+                "aliases": ", ".join(f"{words[(i + k) % len(words)]} {k}" for k in range(12)),
+                "paper": f'Author{i} et al. 2019, "What Does BERT Look At? An Analysis of Attention", Section {i}',
+                "parameters": ", ".join(f"param_{k}=value_{i}_{k}" for k in range(6)),
+                "macro": f"FROM entry_number_{i}(" + ", ".join(f"param_{k} := 'value_{i}_{k}'" for k in range(6)) + ")",
+            }
+        )
+    return pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("width", [250, 120, 80])
+def test_long_text_wraps_and_nothing_is_cut(width):
+    frame = _catalogue()
+    text = _table(frame, width)
+    assert all(len(line) <= width for line in text.splitlines()), width
+    assert "…" not in text  # no cell and no column name cut
+    shown = text.split()
+    for row in frame.iter_rows():
+        for cell in row:
+            for word in cell.split():  # every word of every cell whole
+                assert any(word in piece for piece in shown), (width, word)
+    if width == 250:  # the columns fit when their text wraps: a table using the whole width
+        assert text.startswith("┌") and len(text.splitlines()[0]) == 250
+        assert _headers(text) == frame.columns
+
+
+def _pattern_shares() -> pl.DataFrame:
+    """Like ``atlas query "pattern shares"``: run ids, corpus, model and label beside many numbers."""
+    rows = []
+    for run in (RUN_P, RUN_R):
+        for layer in range(3):
+            rows.append(
+                {
+                    "run_id": run,
+                    "method": "rule",
+                    "corpus": "en_ewt-ud-dev",
+                    "model": "google-bert/bert-base-uncased",
+                    "label": "en_ewt-ud-dev bert-base-uncased rule",
+                    "layer": layer + 1,
+                    **{p: 12.5 * (layer + 1) for p in ("vertical", "diagonal", "vertical_diagonal", "block")},
+                    "heterogeneous": 50.0,
+                    "n_maps": 1200,
+                }
+            )
+    return pl.DataFrame(rows)
+
+
+@pytest.mark.parametrize("width", [60, 120, 250])
+def test_run_ids_corpora_models_and_labels_are_shown_whole(width):
+    text = _table(_pattern_shares(), width)
+    assert all(len(line) <= width for line in text.splitlines()), width
+    for value in (RUN_P, RUN_R, "en_ewt-ud-dev", "google-bert/bert-base-uncased", "heterogeneous", "vertical_diagonal"):
+        assert value in text, (width, value)
+    assert "bert-base-uncased rule" in text or "bert-base-uncased\n" in text  # the label whole or wrapped at a space
+
+
+def test_columns_too_many_for_the_width_come_as_records():
+    names = [f"c{i}" for i in range(30)]
+    text = render_table(names, [[f"value{r}"] * 30 for r in range(2)], [False] * 30, 50)
+    assert all(len(line) <= 50 for line in text.splitlines())
+    first, second = text.split("\n\n")  # one record per row, parted by a blank line
+    assert first.splitlines() == [f"{name}:".ljust(5) + "value0" for name in names]
+    assert second.splitlines()[-1] == "c29: value1"
+    long_names = render_table([f"entropy_diff@{RUN_R}", "x"], [["-0.1234", "a" * 40]], [True, False], 60)
+    assert long_names.splitlines() == [f"entropy_diff@{RUN_R}:", "  -0.1234", "x: " + "a" * 40]
+
+
+def test_the_rows_left_out_note_fits_the_width():
+    text, shown = Result(duckdb.connect().sql("SELECT * FROM range(100)")).table(5, 40)
+    assert shown == 5 and all(len(line) <= 40 for line in text.splitlines()) and "95 more rows not shown" in text
+
+
+def test_the_table_takes_the_width_from_columns(store_with_a_run):
+    sql = f'SELECT 1 AS "entropy@{RUN_P}", 2 AS "entropy@{RUN_R}", repeat(\'word \', 40) AS text'
+    for columns in ("90", "200"):
+        result = CliRunner().invoke(cli, ["sql", sql, "--store", str(store_with_a_run)], env={"COLUMNS": columns})
+        lines = result.stdout.splitlines()
+        assert result.exit_code == 0 and len(lines[0]) == int(columns), result.output
+        assert all(len(line) <= int(columns) for line in lines) and RUN_P in result.stdout
