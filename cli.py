@@ -21,11 +21,20 @@ from atlas.cli_options import (
     store_option,
 )
 from atlas.cli_tasks import TASK_COMMANDS
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.output import emit
 
-# the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text)
-FLAGS = {"train_run": "--train", "eval_run": "--eval", "runs": "--compare"}
+# the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text); 'runs[0]' is
+# the first of the runs compared (the CLI's --run), 'heads=False' and 'layers=False' the flags that turn them off
+FLAGS = {
+    "train_run": "--train",
+    "eval_run": "--eval",
+    "runs": "--compare",
+    "runs[0]": "--run",
+    "figure": "--out",
+    "heads=False": "--no-heads",
+    "layers=False": "--no-layers",
+}
 
 
 class AtlasGroup(click.Group):
@@ -59,11 +68,13 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--corpus", required=True, type=click.Path(path_type=Path), help="Corpus file (see --format).")
+@click.option(
+    "--corpus", type=click.Path(path_type=Path), default=None, help="Corpus file (see --format; none for repeated)."
+)
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["conllu", "glue", "framenet", "text"]),
+    type=click.Choice(["conllu", "glue", "framenet", "text", "repeated"]),
     default="conllu",
     show_default=True,
     help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs in the tokenizer's own "
@@ -71,7 +82,9 @@ def cli() -> None:
     "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz; the release's frame/ folder "
     "beside lu/ gives each frame's core set), Kovaleva et al.'s filters; "
     "text: WikiText raw or plain text, an article's paragraphs two by two as a pair input (Clark et al.'s "
-    "Wikipedia segments), words and dependencies by spaCy.",
+    "Wikipedia segments), words and dependencies by spaCy; "
+    "repeated: no corpus file, --count sequences of --length token ids drawn from the model's vocabulary, each "
+    "repeated once (the probe for induction heads), the tokenizer's BOS first where it puts one.",
 )
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
@@ -81,8 +94,15 @@ def cli() -> None:
     "--sample", type=click.IntRange(min=1), default=None, help="--format text: draw N paragraph pairs at random."
 )
 @click.option(
-    "--sample-seed", default=0, show_default=True, help="--format text: seed of --sample's draw and of the truncation."
+    "--sample-seed",
+    default=0,
+    show_default=True,
+    help="--format text: seed of --sample's draw and of the truncation; --format repeated: seed of the tokens' draw.",
 )
+@click.option(
+    "--length", type=click.IntRange(min=1), default=None, help="--format repeated: token ids drawn per sequence [50]."
+)
+@click.option("--count", type=click.IntRange(min=1), default=None, help="--format repeated: sequences [10].")
 @click.option(
     "--kept-mass",
     default=0.9,
@@ -113,6 +133,24 @@ def cli() -> None:
     "--max-length. A GLUE file is always one example per input (pair for two-text tasks).",
 )
 @click.option(
+    "--text",
+    type=click.Choice(["written", "words"]),
+    default="written",
+    show_default=True,
+    help="What the model reads of a sentence. written: the text as written (CoNLL-U: its '# text', else its words "
+    "joined as SpaceAfter=No says; GLUE and text files: the raw strings), the words placed on its characters (a "
+    "piece belongs to the word of its first character; a word may get none); words: the words joined by single "
+    "spaces (Clark et al.'s pre-tokenized input).",
+)
+@click.option(
+    "--word-rows",
+    type=click.Choice(["mean", "first"]),
+    default="mean",
+    show_default=True,
+    help="A word of several pieces in word_rows: mean: the mean of its pieces' attention rows (Clark et al.'s "
+    "paper); first: its first piece's row (their released code's default).",
+)
+@click.option(
     "--engine",
     type=click.Choice(["local", "ray"]),
     default="local",
@@ -139,7 +177,7 @@ def cli() -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 def ingest(
-    corpus: Path,
+    corpus: Path | None,
     fmt: str,
     task: str | None,
     model: str | None,
@@ -147,11 +185,15 @@ def ingest(
     seed: int,
     sample: int | None,
     sample_seed: int,
+    length: int | None,
+    count: int | None,
     kept_mass: float,
     max_edges: int | None,
     dense: bool,
     max_length: int | None,
     pack: str | None,
+    text: str,
+    word_rows: str,
     engine: str,
     ray_address: str | None,
     workers: int | None,
@@ -176,11 +218,15 @@ def ingest(
         seed=given("seed"),
         sample=sample,
         sample_seed=sample_seed,
+        length=length,
+        count=count,
         kept_mass=given("kept_mass"),
         max_edges=max_edges,
         dense=dense,
         max_length=max_length,
         pack=pack,
+        text=text,
+        word_rows=word_rows,
         progress=not quiet,
         engine=engine,
         ray_address=ray_address,
@@ -195,6 +241,11 @@ def ingest(
         f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
         f"--max-length, {result.n_edges:,} attention edges -> {result.store}"
     )
+    if result.n_text_unmatched:
+        click.echo(
+            f"'# text' does not hold the words in {result.n_text_unmatched} sentences: those are read as their words "
+            "joined (SpaceAfter=No honoured)"
+        )
     if result.n_cut is not None:
         click.echo(
             f"{result.n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "
@@ -247,7 +298,7 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
     for item in values:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise AtlasError(f"--param '{item}': expected NAME=VALUE")
+            raise AtlasError(f"{arg('param', repr(item))}: expected NAME=VALUE")
         out[key.strip()] = value.strip()
     return out
 
@@ -263,6 +314,15 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
     help="Another run (repeatable): the runs side by side, aligned on the entry's keys, with the differences to --run.",
 )
 @click.option("--describe", is_flag=True, help="Show the entry's description and SQL instead of running it.")
+@click.option(
+    "--engine",
+    type=click.Choice(["duckdb", "spark"]),
+    default="duckdb",
+    show_default=True,
+    help="Where the entry's SQL runs: DuckDB, or Apache Spark over the store's Parquet files (then --store may be "
+    "any URI Spark reads, s3a://, hdfs://; needs pip install 'attention-atlas[spark]').",
+)
+@click.option("--spark-master", default="local[2]", show_default=True, help="The Spark master URL of --engine spark.")
 @store_option
 @file_format_option
 @out_option
@@ -273,6 +333,8 @@ def query(
     params: tuple[str, ...],
     compare_ids: tuple[str, ...],
     describe: bool,
+    engine: str,
+    spark_master: str,
     store_path: str | None,
     fmt: str | None,
     out: Path | None,
@@ -280,14 +342,23 @@ def query(
 ) -> None:
     """Run a catalogue entry named by PHRASE (a name, an alias or close words).
 
-    The first line on stderr names the entry and the runs that answered. Exit status 1 (with one line
-    saying what to run first) when the entry needs a step that has not run on the store, e.g. 'head
-    distances' before 'atlas distances'.
+    Where close words chose the entry, a line on stderr says which, first; a phrase that fits several
+    entries alike runs none and lists them. Then a line on stderr names the entry and the runs that
+    answered. Exit status 1 (with one line saying what to run first) when the entry needs a step that has
+    not run on the store, e.g. 'head distances' before 'atlas distances'.
     """
     if describe:
-        click.echo(api.describe(phrase))
+        click.echo(api.describe(_entry_name(phrase)))
         return
-    emit(_answer(phrase, run_id, params, store_path, compare_ids).frame, fmt, out, limit)
+    emit(_answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master).frame, fmt, out, limit)
+
+
+def _entry_name(phrase: str) -> str:
+    """The name of the entry PHRASE names; where close words chose it, a line on stderr says which, first."""
+    entry, said = api.choose(phrase)
+    if said is not None:
+        click.echo(said, err=True)
+    return entry.name
 
 
 def _answer(
@@ -297,13 +368,22 @@ def _answer(
     store_path: str | None,
     compare: tuple[str, ...] = (),
     figure: Path | None = None,
+    engine: str = "duckdb",
+    spark_master: str = "local[2]",
 ) -> api.Answer:
     """Run an entry (``compare``: beside --run, default the latest run, more runs; ``figure``: draw it into this
-    file); its title line (the entry and the runs that answered) and notes go to stderr."""
+    file; ``engine``: 'spark' on Apache Spark at ``spark_master``); its title line (the entry and the runs that
+    answered) and notes go to stderr."""
+    name = _entry_name(phrase)
     values: dict[str, object] = dict(_params(params))
     run = run_id or values.pop("run", None)
     runs = [run, *compare] if compare else None
-    answer = api.open(store_path).answer(phrase, None if compare else run, runs, figure=figure, **values)
+    if engine == "spark" and compare:
+        raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', 'spark')}")
+    if engine == "spark":
+        answer = api.answer_on_spark(name, store_path, run, master=spark_master, **values)
+    else:
+        answer = api.open(store_path).answer(name, None if compare else run, runs, figure=figure, **values)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note, err=True)

@@ -20,6 +20,11 @@ CREATE TABLE runs (
     corpus VARCHAR,              -- corpus file name
     corpus_sha256 VARCHAR,
     pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
+    text VARCHAR,                -- written: each sentence as written (CoNLL-U '# text', GLUE and text files' raw
+                                 --   strings), the words placed on its characters | words: the words joined by
+                                 --   single spaces (Clark et al.'s input; every run made before the setting)
+    word_rows VARCHAR,           -- mean: FROM a word of several pieces, the mean of their rows | first: its first
+                                 --   piece's row (the released code's default)
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
                                  --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
@@ -64,7 +69,8 @@ CREATE TABLE tokens (
     piece VARCHAR,               -- the tokenizer's piece, e.g. 'play', '##ing', 'Ġplay', '▁play', '[CLS]'
     piece_id INTEGER,            -- vocabulary id
     word_idx SMALLINT,           -- word of the input this piece belongs to (from the tokenizer's offsets: the
-                                 --   word whose characters it covers); NULL for a special token
+                                 --   word holding its first character, spaces aside; runs.text 'words': the word
+                                 --   whose characters it covers); NULL for a special token
     special VARCHAR,             -- a special token added by the tokenizer's template, as its literal string
                                  --   ('[CLS]', '<s>', '</s>', '<|begin_of_text|>'); NULL for a word's piece
     role VARCHAR,                -- what the special token is for, from the tokenizer's special-token attributes
@@ -93,8 +99,9 @@ CREATE TABLE words (
     feats VARCHAR,
     head_word_idx SMALLINT,      -- word_idx of the syntactic head in the same input; NULL for the root
     deprel VARCHAR,              -- UD relation with subtype, e.g. 'nsubj', 'nmod:poss'
-    first_tok SMALLINT,          -- tok_idx of the word's first piece
-    n_toks SMALLINT              -- number of pieces
+    first_tok SMALLINT,          -- tok_idx of the word's first piece; NULL for a word without pieces (text as
+                                 --   written: "not" of "cannot" when the tokenizer makes "cannot" one piece)
+    n_toks SMALLINT              -- number of pieces (0: none of its own)
 );
 
 -- One coreference mention (CorefUD 'Entity=' brackets), both ends inside one input.
@@ -166,9 +173,11 @@ CREATE TABLE attn_rows (
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over
--- its pieces, [CLS]/[SEP] as units of their own): the other real word the word attends to most, and
--- the other real word attending to it most (the transposed map, Clark et al.'s head -> dependent
--- predictor). Computed from the dense map, so the predictions are exact whatever the edge sparsity.
+-- its pieces, or its first piece's row where runs.word_rows is 'first', [CLS]/[SEP] as units of their own): the
+-- other real word the word attends to most, and the other real word attending to it most (the transposed map,
+-- Clark et al.'s head -> dependent predictor). Computed from the dense map, so the predictions are exact whatever
+-- the edge sparsity. A word without pieces (words.n_toks 0) has no row and is never predicted; an input with
+-- fewer than two words with pieces has none.
 CREATE TABLE word_rows (
     run_id VARCHAR NOT NULL,
     example_id INTEGER NOT NULL,

@@ -34,10 +34,11 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
-from atlas.catalogue import Entry, entries, resolve, run_entry
+from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
+from atlas.ingestion.run_id import number_text
 from atlas.macros import macro_call
 from atlas.maps import read_maps
 from atlas.prerequisites import check as check_prerequisites
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 
 # catalogue parameters holding a run id: of an ingested run (the runs table), or of any run with results
 RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
-FORMATS = ("conllu", "glue", "framenet", "text")  # the corpora --format reads
+FORMATS = ("conllu", "glue", "framenet", "text", "repeated")  # the corpora --format reads (repeated: drawn, no file)
 
 
 # store.OLDER_RUNS as Polars expressions, for the scans of Atlas.table
@@ -59,6 +60,8 @@ POLARS_DERIVED = {
         {"[CLS]": "cls", "[SEP]": "sep"}, default=None, return_dtype=pl.String
     )),
     ("attn_rows", "to_first"): pl.coalesce("to_first", "to_cls"),
+    ("runs", "text"): pl.coalesce("text", pl.lit("words")),
+    ("runs", "word_rows"): pl.coalesce("word_rows", pl.lit("mean")),
 }  # fmt: skip
 
 
@@ -96,8 +99,9 @@ def queries() -> pl.DataFrame:
 
 
 def describe(name: str) -> str:
-    """A catalogue entry's name, paper, description and SQL (``name``: a name, an alias or close words)."""
-    entry = resolve(name)
+    """A catalogue entry's name, paper, description and SQL (``name``: a name, an alias or close words, which
+    choose the entry they fit with an ``AtlasNote`` saying which)."""
+    entry = _chosen(name)
     return f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}"
 
 
@@ -165,16 +169,17 @@ class Atlas:
             return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
         return self.connection.sql(
             "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
-            "AS weights, corpus, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') AS kept_mass, n_examples, "
-            "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
+            "AS weights, corpus, text, word_rows, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') "
+            "AS kept_mass, n_examples, n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
         ).pl()
 
     def latest_run(self) -> str:
         return self.store.latest_run(self.connection)
 
-    def run_id(self, run: str | None = None, option: str = "--run", kind: str = "runs") -> str:
+    def run_id(self, run: str | None = None, param: str = "run", kind: str = "runs", *, query: bool = False) -> str:
         """``run`` if the store holds it (kind 'runs': an ingested run; 'any': also a task model's results),
-        else the latest ingested run when ``run`` is None."""
+        else the latest ingested run when ``run`` is None; an unknown one is refused naming ``param``, the
+        parameter it was given as (``query``: a catalogue entry's parameter)."""
         if run is None:
             return self.latest_run()
         if kind == "runs":
@@ -182,7 +187,9 @@ class Atlas:
         else:
             known = run in self.store.run_ids()
         if not known:
-            raise AtlasError(f"{option} '{run}': no such run in {self.store.root} (see 'atlas runs')")
+            raise AtlasError(
+                f"{arg(param, repr(str(run)), query=query)}: no such run in {self.store.root} (see 'atlas runs')"
+            )
         return run
 
     def _run_line(self, run_id: str) -> str:
@@ -209,9 +216,10 @@ class Atlas:
         figure: str | os.PathLike[str] | None = None,
         **params: object,
     ) -> Answer:
-        """Run the catalogue entry named by ``name`` (a name, an alias or close words) with its title and notes.
-        ``run``: the run it answers for (default: the latest run), for entries that take one; ``runs``: instead
-        of ``run``, two or more runs compared (see ``atlas.compare``; None: the latest run); ``figure``: also
+        """Run the catalogue entry named by ``name`` (a name, an alias or close words, which choose the entry they
+        fit with an ``AtlasNote`` saying which, at once) with its title and notes. ``run``: the run it answers
+        for (default: the latest run), for entries that take one; ``runs``: instead of ``run``, two or more runs
+        compared (see ``atlas.compare``; None: the latest run); ``figure``: also
         save the entry's paper-style figure to this file (PNG, PDF or SVG, by its suffix); ``params``: the
         entry's other parameters (see ``queries()``)."""
         if figure is not None:
@@ -222,35 +230,36 @@ class Atlas:
             answer = self.answer(name, run, runs, **params)
             save(draw(answer.entry, answer.frame, answer.title, answer.runs), Path(figure))
             return answer
-        entry = resolve(name)
+        entry = _chosen(name)  # said at once, before anything refuses
         if runs is not None:
             runs = [self.latest_run() if r is None else r for r in runs]
             return self._compare(entry, run, runs, params)
         values = {key: _parameter_text(value) for key, value in params.items()}
         takes = {p.name for p in entry.parameters}
         if run is not None and "run" not in takes:
-            raise AtlasError(f"--run: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})")
+            raise AtlasError(
+                f"{arg('run')}: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})"
+            )
         if "run" in takes:
             values["run"] = run or values.get("run") or self.latest_run()
         for key, value in values.items():
             if key in RUN_PARAMS and key in takes and value:
-                self.run_id(value, "--run" if key == "run" else f"--param {key}", RUN_PARAMS[key])
+                self.run_id(value, key, RUN_PARAMS[key], query=key != "run")
         bound = entry.bind(values)
-        notes = check_prerequisites(self.connection, entry.name, bound)
+        notes = check_prerequisites(self.connection, entry, bound)
         used = [f"{key} {self._run_line(str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
         title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
         return Answer(entry, run_entry(self.connection, entry, bound), title, tuple(notes))
 
     def _compare(self, entry: Entry, run: str | None, runs: list[str], params: dict[str, object]) -> Answer:
         if run is not None:
-            raise AtlasError("--run: name the runs to compare in runs=[...] only")
+            raise AtlasError(f"{arg('run')}: name the runs to compare in {arg('runs', '[...]')} only")
         if "run" not in {p.name for p in entry.parameters}:
-            raise AtlasError(f"--compare: '{entry.name}' takes no run; there is nothing to compare")
+            raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
         if len(runs) < 2 or len(set(runs)) < len(runs):
-            raise AtlasError(f"--compare: name two or more different runs (given: {', '.join(runs) or 'none'})")
-        answers = {
-            r: self.answer(entry.name, self.run_id(r, "--compare" if i else "--run"), **params)
-            for i, r in enumerate(runs)
+            raise AtlasError(f"{arg('runs')}: name two or more different runs (given: {', '.join(runs) or 'none'})")
+        answers = {  # the first run is the CLI's --run, the others its --compare
+            r: self.answer(entry.name, self.run_id(r, "runs" if i else "runs[0]"), **params) for i, r in enumerate(runs)
         }
         frames = {r: a.frame for r, a in answers.items()}
         keys = key_columns(entry, frames[runs[0]])
@@ -421,7 +430,7 @@ class Atlas:
         """An input's attention map in one head (``layer`` and ``head`` 1-based, as the catalogue shows them;
         ``example`` is ``examples.example_id``) and its tokens.
 
-        The map is built from the run's stored edges: exact on a dense run (``--dense``); on a sparse run each
+        The map is built from the run's stored edges: exact on a dense run (``dense=True``); on a sparse run each
         row holds its largest weights up to the run's kept mass and cap (in steps of 1/256) and zeros where edges
         were dropped.
         """
@@ -487,6 +496,34 @@ class Classed:
     thresholds: dict[str, float] | None  # the rule's (no labels)
 
 
+def answer_on_spark(
+    name: str,
+    /,
+    store: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    *,
+    master: str = "local[2]",
+    **params: object,
+) -> Answer:
+    """``Atlas.answer`` computed by Apache Spark from the same SQL (see ``atlas.spark``): ``store`` is a folder
+    or any URI Spark reads (s3a://, hdfs://; default as ``open``), read on this process's SparkSession, else on
+    a new one on ``master``. Needs pyspark (pip install 'attention-atlas[spark]')."""
+    from atlas.spark import answer, session
+
+    entry = _chosen(name)
+    where = store_path() if store is None else store
+    found = answer(session(master), where, entry.name, run, **params)
+    return Answer(entry, found.collect(), found.title, found.notes)
+
+
+def _chosen(name: str) -> Entry:
+    """The entry ``name`` names; where close words chose it, an ``AtlasNote`` says which."""
+    entry, said = choose(name)
+    if said is not None:
+        warnings.warn(said, AtlasNote, stacklevel=3)
+    return entry
+
+
 def _warn(notes: tuple[str, ...]) -> None:
     for note in notes:
         warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=3)
@@ -504,10 +541,11 @@ class Ingested:
     n_edges: int  # attention edges written
     n_cut: int | None = None  # text: pairs cut to max_length (the kept words in examples.sent_ids)
     n_left_out: int | None = None  # text: pairs left out (a paragraph would lose every word)
+    n_text_unmatched: int | None = None  # conllu, text='written': sentences whose '# text' does not hold their words
 
 
 def ingest(
-    corpus: str | os.PathLike[str],
+    corpus: str | os.PathLike[str] | None,
     model: str | None = None,
     store: str | os.PathLike[str] | None = None,
     *,
@@ -517,11 +555,15 @@ def ingest(
     seed: int | None = None,
     sample: int | None = None,
     sample_seed: int = 0,
+    length: int | None = None,
+    count: int | None = None,
     kept_mass: float | None = None,
     max_edges: int | None = None,
     dense: bool = False,
     max_length: int | None = None,
     pack: str | None = None,
+    text: str = "written",
+    word_rows: str = "mean",
     progress: bool = True,
     device: str = "auto",
     engine: str = "local",
@@ -532,21 +574,28 @@ def ingest(
     """Run ``model`` (default: the embedded all-MiniLM-L6-v2) over ``corpus`` into ``store`` (``atlas ingest``,
     with the same checks and defaults): ``seed`` only with ``random_init``; ``kept_mass`` (default 0.9) and
     ``max_edges`` (default 6) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
-    ``sample``/``sample_seed`` for ``format='text'``. A run already in the store is found without loading the
+    ``sample``/``sample_seed`` for ``format='text'``; ``format='repeated'`` takes no ``corpus``: ``count``
+    (default 10) sequences of ``length`` (default 50) token ids drawn from the model's vocabulary with
+    ``sample_seed``, repeated once (see ``ingest.repeated``); ``text``: 'written' (each sentence as written) or
+    'words' (its words joined by single spaces, Clark et al.'s input; see ``ingest.align``); ``word_rows``: 'mean'
+    (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first piece's row, the
+    released code's default). A run already in the store is found without loading the
     model; the whole corpus is checked before the model is loaded;
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
     from atlas.ingestion.run_id import Settings, check_settings, ingested_run
 
-    corpus = Path(corpus)
+    corpus = _corpus_path(corpus, format, length, count, sample_seed)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
     if max_edges is not None and dense:
-        raise AtlasError("--max-edges: --dense keeps every weight; give one of --dense and --max-edges")
+        raise AtlasError(
+            f"{arg('max_edges')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('max_edges')}"
+        )
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
     edges = Settings().max_edges if max_edges is None else max_edges
-    settings = Settings(kept, max_length, pack, max_edges=edges, device=device)
+    settings = Settings(kept, max_length, pack, max_edges=edges, device=device, text=text, word_rows=word_rows)
     check_settings(settings)
     if sample is not None and sample < 1:
         raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
@@ -573,6 +622,10 @@ def ingest(
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
     )
+    if format == "conllu" and text == "written" and not result.already_present:
+        from atlas.ingestion.conllu import unmatched_texts
+
+        done = Ingested(**{**done.__dict__, "n_text_unmatched": len(unmatched_texts(corpus))})
     if format != "text" or result.already_present:
         return done
     cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
@@ -586,30 +639,60 @@ def _check_engine_options(
     engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None, device: str
 ) -> None:
     if engine not in ("local", "ray"):
-        raise AtlasError(f"--engine '{engine}': expected one of local, ray")
-    ray_options = {"--ray-address": ray_address, "--workers": workers, "--gpus-per-worker": gpus_per_worker}
+        raise AtlasError(f"{arg('engine', repr(engine))}: expected one of local, ray")
+    ray_options = {"ray_address": ray_address, "workers": workers, "gpus_per_worker": gpus_per_worker}
     given = [name for name, value in ray_options.items() if value is not None]
     if engine != "ray" and given:
-        raise AtlasError(f"{given[0]}: sets up the Ray workers; add --engine ray or leave {given[0]} out")
+        raise AtlasError(
+            f"{arg(given[0])}: sets up the Ray workers; add {arg('engine', repr('ray'))} or leave {arg(given[0])} out"
+        )
     if workers is not None and workers < 1:
-        raise AtlasError(f"--workers {workers}: expected 1 or more")
+        raise AtlasError(f"{arg('workers', workers)}: expected 1 or more")
     if gpus_per_worker is not None and gpus_per_worker < 0:
-        raise AtlasError(f"--gpus-per-worker {gpus_per_worker}: expected 0 or more")
+        raise AtlasError(f"{arg('gpus_per_worker', number_text(gpus_per_worker))}: expected 0 or more")
     if engine == "ray" and device == "cuda" and not gpus_per_worker:
-        raise AtlasError("--device cuda: a Ray worker sees only the GPUs it claims; add --gpus-per-worker 1")
+        raise AtlasError(
+            f"{arg('device', repr('cuda'))}: a Ray worker sees only the GPUs it claims; add {arg('gpus_per_worker', 1)}"
+        )
     if engine == "ray" and device == "cpu" and gpus_per_worker:
-        raise AtlasError(f"--gpus-per-worker {gpus_per_worker}: claims GPUs that --device cpu leaves idle")
+        claims = arg("gpus_per_worker", number_text(gpus_per_worker))
+        raise AtlasError(f"{claims}: claims GPUs that {arg('device', repr('cpu'))} leaves idle")
 
 
 def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:
-    """The staging of ``--engine ray``; Ray is imported here only."""
+    """The staging of ``engine='ray'``; Ray is imported here only."""
     try:
         from atlas.ingestion.ray_engine import RayEngine
     except ModuleNotFoundError as exc:
         if exc.name != "ray" and not (exc.name or "").startswith("ray."):
             raise
-        raise AtlasError("--engine ray: Ray is not installed (pip install 'attention-atlas[ray]')") from None
+        raise AtlasError(
+            f"{arg('engine', repr('ray'))}: Ray is not installed (pip install 'attention-atlas[ray]')"
+        ) from None
     return RayEngine(ray_address, workers or 2, gpus_per_worker or 0)
+
+
+def _corpus_path(
+    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int
+) -> Path:
+    """The corpus file; for ``format='repeated'``, which reads none, the name its settings give it."""
+    repeated = arg("format", repr("repeated"))
+    if fmt != "repeated":
+        for name, value in (("length", length), ("count", count)):
+            if value is not None:
+                raise AtlasError(f"{arg(name)}: sets the sequences of {repeated}; add it or leave {arg(name)} out")
+        if corpus is None:
+            raise AtlasError(f"{arg('corpus')}: name the corpus file (only {repeated} reads none)")
+        return Path(corpus)
+    if corpus is not None:
+        raise AtlasError(
+            f"{arg('corpus')}: {repeated} draws its tokens from the model's vocabulary; leave {arg('corpus')} out"
+        )
+    from atlas.ingestion.repeated import COUNT, LENGTH, Repeated
+
+    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed)
+    settings.check()
+    return Path(settings.name)
 
 
 def _check_ingest_options(
@@ -625,29 +708,40 @@ def _check_ingest_options(
     """One line for option combinations that would do something else than asked (or nothing); returns the
     packing the corpus is read with."""
     if fmt not in FORMATS:
-        raise AtlasError(f"--format '{fmt}': expected one of {', '.join(FORMATS)}")
+        raise AtlasError(f"{arg('format', repr(fmt))}: expected one of {', '.join(FORMATS)}")
     if seed is not None and not random_init:
-        raise AtlasError("--seed: seeds --random-init's weights; without --random-init the model is the same")
+        drawn = f" (the tokens of {arg('format', repr('repeated'))} are drawn with {arg('sample_seed')})"
+        raise AtlasError(
+            f"{arg('seed')}: seeds {arg('random_init')}'s weights; without {arg('random_init')} the model is the same"
+            + (drawn if fmt == "repeated" else "")
+        )
     if kept_mass is not None and dense:
-        raise AtlasError("--kept-mass: --dense keeps every weight; give one of --dense and --kept-mass")
+        raise AtlasError(
+            f"{arg('kept_mass')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('kept_mass')}"
+        )
     if task is not None and fmt != "glue":
-        raise AtlasError("--task: names the GLUE task of a --format glue file; add --format glue or leave --task out")
+        glue = arg("format", repr("glue"))
+        raise AtlasError(f"{arg('task')}: names the GLUE task of a {glue} file; add {glue} or leave {arg('task')} out")
     if corpus.is_dir() and fmt != "framenet":
-        raise AtlasError(f"--corpus '{corpus}': is a folder; name the corpus file")
+        raise AtlasError(f"{arg('corpus', repr(str(corpus)))}: is a folder; name the corpus file")
     if corpus.is_file() and fmt != "framenet":
         with corpus.open("rb") as handle:
             if handle.read(2) == b"\x1f\x8b":
-                raise AtlasError(f"--corpus '{corpus}': is gzip-compressed; decompress it first (gunzip -k)")
+                raise AtlasError(
+                    f"{arg('corpus', repr(str(corpus)))}: is gzip-compressed; decompress it first (gunzip -k)"
+                )
     if fmt == "glue":
         from atlas.ingestion.glue_tsv import task_spec
 
         if pack is not None:
-            raise AtlasError("--pack: a GLUE file is read one example per input; leave --pack out")
+            raise AtlasError(f"{arg('pack')}: a GLUE file is read one example per input; leave {arg('pack')} out")
         return "pair" if task and task_spec(task).text_b else "none"
     if fmt == "framenet" and pack not in (None, "none"):
-        raise AtlasError("--pack: FrameNet sentences are read one per input; leave --pack out")
+        raise AtlasError(f"{arg('pack')}: FrameNet sentences are read one per input; leave {arg('pack')} out")
     if fmt == "text":
         if pack not in (None, "pair"):
-            raise AtlasError("--pack: a text file is read as paragraph pairs; leave --pack out")
+            raise AtlasError(f"{arg('pack')}: a text file is read as paragraph pairs; leave {arg('pack')} out")
         return "pair"
+    if fmt == "repeated" and pack not in (None, "none"):
+        raise AtlasError(f"{arg('pack')}: each repeated-token sequence is one input; leave {arg('pack')} out")
     return pack or "none"

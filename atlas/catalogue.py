@@ -19,6 +19,8 @@ field above it)::
     --   else: sep is empty
     -- keys: predictor, layer, head
     -- plot: heatmap all_types pronoun proper nominal
+    -- labels:
+    --   all_types: all mentions
 
 - ``parameters:`` one a line, ``name: description (default: value)``; without a default it is required.
 - ``needs:`` what the store must hold before the entry answers, checked in the header's order: a count over
@@ -29,8 +31,15 @@ field above it)::
 - ``notes:`` the same, but not fatal: the answer is given, with the message as a note.
 - ``keys:`` the columns naming a row, on which ``atlas query --compare`` aligns runs; left out: layer and
   head, those of them the answer has.
-- ``plot:`` the figure ``atlas plot`` draws (heatmap, layers, mds, bars, curve, stacked) and its columns; left
-  out or empty: none.
+- ``plot:`` the figure ``atlas plot`` draws (heatmap, layers, mds, bars, curve, stacked, hbars) and its columns;
+  left out or empty: none.
+- ``labels:`` how the figure names its columns, one a line below it, ``column: words``; a column not listed is
+  named by its name, '_' read as a space.
+
+An entry refuses what it cannot answer (a sparse run, a parameter's value it does not know) with DuckDB's
+``error('atlas: ...')`` in its SQL: atlas says the text after ``atlas: `` as the one line it refuses with, each
+``$name`` in it as the parameter and the value given (``--param name=value`` on the command line). Any other
+error of the engine is said after the entry's name, the first line of DuckDB's message without its class.
 
 Parameters are bound by DuckDB (``$name`` in the SQL), never pasted into the SQL text. A malformed header, or
 one naming an unknown shared need, is refused in one line naming the file and the line.
@@ -39,6 +48,7 @@ one naming an unknown shared need, is refused in one line naming the file and th
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import string
 from dataclasses import dataclass, field
@@ -50,18 +60,22 @@ from typing import NoReturn
 import duckdb
 import polars as pl
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.needs import SHARED, Need
 
 QUERIES = resources.files("atlas") / "queries"  # the repository's queries/, installed as atlas/queries
-FIELDS = ("name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot")
+FIELDS = ("name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "labels")
 _FIELD = re.compile(r"-- (\w+):\s*(.*)")  # '-- name: value': a field
 _MORE = re.compile(r"--\s{2,}(.*)")  # an indented comment line: the field above continues
 _PARAMETER = re.compile(r"(\w+):\s*(.*)")
+_LISTS = {"parameters": "name: description", "labels": "column: words"}  # fields listed on the lines below
 _ELSE = re.compile(r"else:\s*(.*)")
 _SQL = re.compile(r"(SELECT|WITH)\b", re.IGNORECASE)
 _DEFAULT = re.compile(r"\(default: ([^)]*)\)\s*$")
-_STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "what", "which"}
+_STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "at", "from", "with", "vs"}
+_STOP |= {"what", "which", "how", "does", "do", "is", "are", "it", "its", "much", "many"}
+_REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL
+_ENGINE_CLASS = re.compile(r"(?:[A-Za-z]+ )+Error: ")  # DuckDB's 'Binder Error: ', 'Invalid Input Error: ', ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,13 @@ class Entry:
     path: Traversable = field(compare=False)
     needs: tuple[Need, ...] = ()  # what the store must hold first (fatal) and the notes, in the header's order
     keys: tuple[str, ...] = ()  # the columns naming a row, for comparisons of runs; empty: layer and head
+    labels: tuple[tuple[str, str], ...] = ()  # (column, words): how the figure names a column
+
+    def label(self, column: str) -> str:
+        """How the figure names ``column`` (``col@run`` as ``col``): the header's words, else the name with
+        '_' read as a space."""
+        column = column.split("@")[0]
+        return dict(self.labels).get(column, column.replace("_", " "))
 
     def bind(self, values: dict[str, str]) -> dict[str, object]:
         """Parameter values for DuckDB: given ones converted to the default's type, else defaults."""
@@ -135,6 +156,7 @@ class _Header:
         self.lines: dict[str, int] = {}
         self.parameters: list[Parameter] = []
         self.needs: list[_WrittenNeed] = []
+        self.labels: dict[str, tuple[str, int]] = {}  # column -> (words, line)
         self.field: str | None = None
 
     def fail(self, line: int, why: str) -> NoReturn:
@@ -159,8 +181,8 @@ class _Header:
             return
         if name in self.values:
             self.fail(number, f"a second '{name}:' line (the first is line {self.lines[name]})")
-        if name == "parameters" and value.strip():
-            self.fail(number, "parameters are listed below 'parameters:', one a line: '--   name: description'")
+        if name in _LISTS and value.strip():
+            self.fail(number, f"{name} are listed below '{name}:', one a line: '--   {_LISTS[name]}'")
         self.values[name], self.lines[name] = value.strip(), number
 
     def _continue(self, number: int, text: str) -> None:
@@ -170,6 +192,12 @@ class _Header:
             name, description = match.group(1), match.group(2).strip()
             default = _DEFAULT.search(description)
             self.parameters.append(Parameter(name, description, default.group(1).strip() if default else None))
+        elif self.field == "labels":
+            if not (match := _PARAMETER.fullmatch(text)) or not match.group(2).strip():
+                self.fail(number, "a label is written '--   column: words'")
+            if match.group(1) in self.labels:
+                self.fail(number, f"a second label of '{match.group(1)}'")
+            self.labels[match.group(1)] = (match.group(2).strip(), number)
         elif self.field in ("needs", "notes"):
             need = self.needs[-1]
             if match := _ELSE.fullmatch(text):
@@ -195,8 +223,14 @@ class _Header:
         v = self.values
         aliases = tuple(a.strip() for a in v.get("aliases", "").split(",") if a.strip())
         plot = tuple(v.get("plot", "").split())
+        for column, (_, line) in self.labels.items():
+            if column not in plot[1:]:
+                self.fail(line, f"'{column}' is labelled but not a column of the 'plot:' line")
         parameters = tuple(self.parameters)
-        return Entry(v["name"], aliases, v["paper"], v["description"], parameters, plot, sql, self.path, needs, keys)
+        labels = tuple((column, words) for column, (words, _) in self.labels.items())
+        return Entry(
+            v["name"], aliases, v["paper"], v["description"], parameters, plot, sql, self.path, needs, keys, labels
+        )
 
     def _need(self, written: _WrittenNeed, known: set[str]) -> Need:
         """The need a header's lines write: SQL with its message, or a shared need (and its added text)."""
@@ -247,33 +281,101 @@ def _norm(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
 
 
-def _score(phrase: str, label: str) -> float:
-    a, b = _norm(phrase), _norm(label)
-    ratio = difflib.SequenceMatcher(None, a, b).ratio()
-    words = set(a.split()) - _STOP
-    label_words = set(b.split()) - _STOP
-    overlap = len(words & label_words) / len(words) if words else 0.0
-    return max(ratio, overlap)
+def _words(text: str) -> tuple[str, ...]:
+    """The words that carry meaning, a plural read as its singular ('heads' as 'head')."""
+    words = (w for w in _norm(text).split() if w not in _STOP)
+    return tuple(w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")) else w for w in words)
 
 
-def resolve(phrase: str) -> Entry:
-    """The entry named by a phrase: its name, an alias, or close words."""
+def _close(word: str, other: str) -> float:
+    """1 for the same word, 0.8 for a close one (a typo, or one stem: 'attend' and 'attention'), else 0."""
+    if word == other:
+        return 1.0
+    if min(len(word), len(other)) < 4:
+        return 0.0
+    stem = len(os.path.commonprefix([word, other])) >= max(4, min(len(word), len(other)) - 2)
+    return 0.8 if stem or difflib.SequenceMatcher(None, word, other).ratio() >= 0.8 else 0.0
+
+
+def _fit(words: tuple[str, ...], text: str) -> tuple[float, bool]:
+    """How well ``text`` holds the phrase's ``words``: the mean of each word's best match, and whether it holds
+    every one of them."""
+    theirs = set(_words(text))
+    found = [max((_close(w, other) for other in theirs), default=0.0) for w in words]
+    return (sum(found) / len(found), all(found)) if found else (0.0, False)
+
+
+@dataclass(frozen=True, order=True)
+class _Rank:
+    """How well a phrase fits an entry, the better the greater: a label holding all its words first, then the
+    share of its words found, a name before an alias, then the description's fit."""
+
+    whole: bool  # a label (name or alias) holds every word of the phrase
+    score: float  # the best label's fit
+    named: bool  # that label is the name
+    described: float  # the description's fit
+
+
+def _rank(words: tuple[str, ...], entry: Entry) -> _Rank:
+    fits = [(*_fit(words, label), i == 0) for i, label in enumerate((entry.name, *entry.aliases))]
+    score, whole, named = max(fits, key=lambda fit: (fit[1], fit[0], fit[2]))
+    return _Rank(whole, score, named, _fit(words, entry.description)[0])
+
+
+def choose(phrase: str) -> tuple[Entry, str | None]:
+    """The entry a phrase names, and the line to say when close words chose it (None: its name or an alias).
+
+    Close words choose the one entry whose name or an alias holds each of them (a plural, a close spelling or
+    one stem counting: 'heads', 'entopy', 'attend'), the name before an alias; else the one entry whose
+    description holds each of them. A phrase that several entries hold about equally is refused with their
+    names, one that none holds with the nearest.
+    """
     wanted = _norm(phrase)
     for entry in entries():
         if wanted in {_norm(label) for label in (entry.name, *entry.aliases)}:
-            return entry
-    ranked = sorted(
-        ((max(_score(phrase, label) for label in (e.name, *e.aliases)), e.name, e) for e in entries()),
-        key=lambda item: (-item[0], item[1]),
-    )
-    if ranked and ranked[0][0] >= 0.6 and (len(ranked) == 1 or ranked[0][0] > ranked[1][0]):
-        return ranked[0][2]
-    nearest = "; ".join(f"'{name}'" for _, name, _ in ranked[:3])
-    raise AtlasError(f"no catalogue entry matches '{phrase}'; nearest: {nearest} (see 'atlas queries')")
+            return entry, None
+    words = _words(phrase)
+    ranked = sorted(((_rank(words, e), e) for e in entries()), key=lambda item: item[0], reverse=True)
+    best = ranked[0][0]
+    if best.whole:
+        equal = [e for r, e in ranked if (r.whole, r.score, r.named) == (best.whole, best.score, best.named)]
+        if len(equal) > 1:
+            names = "; ".join(f"'{e.name}'" for e in equal)
+            raise AtlasError(f"'{phrase}' fits several entries about equally: {names}; name one (see 'atlas queries')")
+        chosen = equal[0]
+    else:
+        described = [e for _, e in ranked if words and _fit(words, e.description)[1]]
+        if len(described) != 1:
+            nearest = "; ".join(f"'{e.name}'" for _, e in ranked[:3])
+            raise AtlasError(f"no catalogue entry matches '{phrase}'; nearest: {nearest} (see 'atlas queries')")
+        chosen = described[0]
+    return chosen, f"'{phrase}': taken as '{chosen.name}' (see 'atlas queries')"
+
+
+def resolve(phrase: str) -> Entry:
+    """The entry a phrase names (its name, an alias or close words; see ``choose``), without saying which."""
+    return choose(phrase)[0]
 
 
 def run_entry(con: duckdb.DuckDBPyConnection, entry: Entry, params: dict[str, object]) -> pl.DataFrame:
+    """The entry's answer (``params``: its parameters, bound); its refusals and DuckDB's errors as one line."""
     try:
         return con.execute(entry.sql, params).pl()
     except duckdb.Error as exc:
-        raise AtlasError(f"{entry.path.name}: {str(exc).splitlines()[0]}") from None
+        raise AtlasError(_said(entry, exc, params)) from None
+
+
+def _said(entry: Entry, exc: duckdb.Error, params: dict[str, object]) -> str:
+    """The line for an error of the entry's SQL: its own refusal (``error('atlas: ...')``), each ``$name`` in it
+    the parameter and its value; or the engine's first line without its class, after the entry's name."""
+    lines = str(exc).strip().splitlines() or [type(exc).__name__]
+    engine = _ENGINE_CLASS.match(lines[0])
+    text = lines[0][engine.end() :] if engine else lines[0]
+    if not text.startswith(_REFUSAL):
+        return f"'{entry.name}': {text}"
+
+    def parameter(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return arg(name, params[name], query=True) if name in params else match.group(0)
+
+    return re.sub(r"\$(\w+)", parameter, text.removeprefix(_REFUSAL))

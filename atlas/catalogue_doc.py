@@ -1,6 +1,6 @@
 """docs/catalogue.md, generated from the catalogue's SQL headers: every entry's name, aliases, paper,
-description, parameters with their defaults, what it needs first, its comparison keys, its figure and its
-DuckDB table macro call.
+description, parameters with their defaults, what it needs first, its comparison keys, its figure (and how it
+names its columns) and its DuckDB table macro call.
 
     python -m atlas.catalogue_doc            # the text, on stdout
     python -m atlas.catalogue_doc --write    # into docs/catalogue.md
@@ -41,6 +41,7 @@ FIGURES = {
     "bars": "one bar of {1} per {0}, with {2} as a line",
     "curve": "{1} over {0}, one line per {2}",
     "stacked": "one bar per {0}, stacked by {rest}",
+    "hbars": "per {0}, a bar of {1} tagged with {3} above a bar of {2} tagged with {4}",
 }
 
 
@@ -110,7 +111,8 @@ def _figure(entry: Entry) -> str:
         drawn = template.format(*code, all=", ".join(code), rest=", ".join(code[1:]))
     except IndexError:
         drawn = ", ".join(code)
-    return f"{_code(kind)}: {drawn} (`atlas plot`)."
+    named = "; ".join(f"{_code(column)} as '{_text(words)}'" for column, words in entry.labels)
+    return f"{_code(kind)}: {drawn} (`atlas plot`)" + (f"; it names {named}." if named else ".")
 
 
 def _parameters(entry: Entry) -> list[str]:

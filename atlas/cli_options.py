@@ -27,9 +27,10 @@ def bad_value(exc: click.BadParameter) -> str:
     flag = param.opts[0] if param is not None and param.opts else (exc.param_hint or "a value")
     if param is None or not isinstance(param, click.Option):
         return f"{flag}: {exc.message}"
-    given = re.match(r"'?(.*?)'? is not ", exc.message)
-    value = f" {given.group(1)}" if given else ""
-    return f"{flag}{value}: expected {_expected(param.type)}"
+    given = re.match(r"'?(.*?)'? is not ", exc.message)  # click's own words for a value of the wrong kind
+    if given is None:  # a check of the option's own (e.g. a run given twice)
+        return f"{flag}: {exc.message}"
+    return f"{flag} {given.group(1)}: expected {_expected(param.type)}"
 
 
 STORE_HELP = "Store folder (default: $ATLAS_STORE or ./atlas-store)."

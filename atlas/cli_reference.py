@@ -17,7 +17,8 @@ WIDTH = 100  # columns of the help text, whatever the terminal
 
 
 def _help(args: list[str]) -> str:
-    with click.Context(cli, info_name="atlas", terminal_width=WIDTH, max_content_width=WIDTH) as ctx:
+    settings = {**cli.context_settings, "terminal_width": WIDTH, "max_content_width": WIDTH}  # -h as well as --help
+    with click.Context(cli, info_name="atlas", **settings) as ctx:
         command: click.Command = cli
         for name in args:
             sub = command.get_command(ctx, name)  # type: ignore[attr-defined]

@@ -27,7 +27,7 @@ from scipy.spatial.distance import squareform
 from sklearn.manifold import MDS
 from tqdm import tqdm
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.load import LoadedModel
 from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store
@@ -64,7 +64,7 @@ def compute(
     lm = run_model(store, run_id, model=model)
     inputs = stored_inputs(store, run_id, n_examples)
     if not inputs:
-        raise AtlasError(f"--run '{run_id}': the run has no input to compare heads on")
+        raise AtlasError(f"{arg('run', repr(run_id))}: the run has no input to compare heads on")
     k = lm.n_layers * lm.n_heads
     total = np.zeros((k, k))
     n_rows = 0

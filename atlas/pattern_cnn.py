@@ -19,7 +19,7 @@ from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from torch import nn
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.patterns import CLASSES
 from atlas.recompute import dense_maps, run_model, stored_inputs
 from atlas.store import Store
@@ -77,7 +77,7 @@ def read_labels(path: Path) -> pl.DataFrame:
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise AtlasError(f"--labels '{path}': cannot read it ({exc.strerror or exc})") from None
+        raise AtlasError(f"{arg('labels', repr(str(path)))}: cannot read it ({exc.strerror or exc})") from None
     lines = data.split(b"\n")
     header = _fields(path, 1, lines[0])
     missing = [column for column in LABEL_COLUMNS if column not in header]
@@ -157,15 +157,16 @@ def train_and_classify(
             if example == item.example_id:
                 xs.append(small[layer, head])
                 ys.append(CLASSES.index(pattern))
+    given = arg("labels", repr(str(labels_path)))
     if len(ys) < 10:
-        raise AtlasError(f"--labels '{labels_path}': {len(ys)} labelled maps found in run '{run_id}'; need 10 or more")
+        raise AtlasError(f"{given}: {len(ys)} labelled maps found in run '{run_id}'; need 10 or more")
     x, y = torch.stack(xs), torch.tensor(ys)
     if np.bincount(ys).max() < 5:
-        raise AtlasError(f"--labels '{labels_path}': 5-fold cross-validation needs a class with 5 or more labels")
+        raise AtlasError(f"{given}: 5-fold cross-validation needs a class with 5 or more labels")
     try:
         f1 = cross_validated_f1(x, y)
     except ValueError as exc:
-        raise AtlasError(f"--labels '{labels_path}': {exc}") from None
+        raise AtlasError(f"{given}: {exc}") from None
     model = fit(x, y)
     with torch.no_grad():
         predicted = torch.cat([model(chunk).argmax(dim=-1) for chunk in torch.cat(all_maps).split(4096)]).numpy()

@@ -11,7 +11,7 @@ Classes, first rule that holds: Vertical+Diagonal (vertical >= 0.3 and diagonal 
 
 from __future__ import annotations
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.store import Store
 
 THRESHOLDS = {"both": 0.3, "vertical": 0.5, "diagonal": 0.5, "block": 0.7}
@@ -53,7 +53,7 @@ def classify(store: Store, run_id: str) -> int:
     """Classify every (input, head) map of a run into the ``patterns`` table; returns the row count."""
     con = store.connect()
     if con.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run_id]).fetchone()[0] == 0:
-        raise AtlasError(f"--run '{run_id}': no such run in {store.root} (see 'atlas runs')")
+        raise AtlasError(f"{arg('run', repr(run_id))}: no such run in {store.root} (see 'atlas runs')")
     df = con.execute(FEATURES_SQL, {"run": run_id, **THRESHOLDS}).pl()
     con.close()
     columns = {"run_id": run_id, **{name: df[name].to_list() for name in df.columns}}

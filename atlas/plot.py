@@ -9,6 +9,12 @@
   Figure 9).
 - ``curve``: columns x, y and a group: one line per group (Michel et al.'s pruning curves).
 - ``stacked``: a label column and share columns: one stacked bar per label (Kovaleva et al.'s Figure 2).
+- ``hbars``: columns label, value, baseline, and a tag of each: a pair of horizontal bars per label, the value
+  above its baseline, each tagged (Clark et al.'s Table 1: per relation the best head's accuracy, tagged
+  layer-head, beside the best fixed offset's).
+
+A figure names its columns as the entry's ``labels:`` header says (else by the column's name, '_' read as a
+space), and its title (the entry and the runs that answered) is wrapped to the figure's width.
 
 Two or more runs compared (the answer of ``Atlas.answer(NAME, runs=[A, B, ...])``: ``col@run`` and
 ``col_diff@run`` columns): a heat map per run side by side, the runs sharing one colour scale and one colour
@@ -22,12 +28,13 @@ from __future__ import annotations
 import os
 import string
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
@@ -37,6 +44,9 @@ from atlas.errors import AtlasError
 PANELS_PER_ROW = 3
 VALUES_MAP = "viridis"
 DIFFERENCE_MAP = "RdBu_r"  # B - A: red where B is higher, blue where lower, white at 0
+TITLE_SIZE = 9
+
+Label = Callable[[str], str]  # how a figure names a column (Entry.label)
 
 
 def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
@@ -93,89 +103,122 @@ def _layer_points(
     ax.plot(layers, np.nanmean(grid, axis=1), color=mean_colour, label=label)
 
 
-def _layers(ax: Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None) -> None:
+def _layers(
+    ax: Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None, column: str = ""
+) -> None:
     """Every head as a point over its layer, the layer mean as a line; ``baseline`` (e.g. the entropy of
-    uniform attention, Clark et al.'s Figure 4) as a dashed line."""
+    uniform attention, Clark et al.'s Figure 4) as a dashed line; ``column``: the values' (default: the title)."""
     _layer_points(ax, grid, layers, "tab:blue", "tab:red", "layer mean")
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label="uniform attention")
-    _layer_axes(ax, layers, title)
+    _layer_axes(ax, layers, title, column)
     ax.legend(loc="best", fontsize=7)
 
 
-def _layer_axes(ax: Axes, layers: list[int], title: str) -> None:
+def _layer_axes(ax: Axes, layers: list[int], title: str, column: str = "") -> None:
     ax.set_xticks(layers)
     ax.set_xlabel("layer")
-    ax.set_ylabel("entropy (nats)" if "entropy" in title else "avg. attention")
+    ax.set_ylabel("entropy (nats)" if "entropy" in (column or title) else "avg. attention")
     ax.set_title(title)
 
 
+def _new(size: tuple[float, float]) -> Figure:
+    """A figure of its own (not pyplot's: no backend is chosen, none is left open), its layout made to hold
+    every title, label, legend and colour bar."""
+    fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)  # the canvas that measures the title's lines
+    return fig
+
+
 def _axes(size: tuple[float, float]) -> tuple[Figure, Axes]:
-    """A figure of one panel (a Figure of its own, not pyplot's: no backend is chosen, none is left open)."""
-    fig = Figure(figsize=size)
+    """A figure of one panel."""
+    fig = _new(size)
     return fig, fig.subplots()
 
 
-def _mds_panel(ax: Axes, heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> None:
+def _mds_panel(ax: Axes, heads: pl.DataFrame, x: str, y: str, cluster: str, title: str, legend: str = "") -> None:
+    """Every head as a point at (x, y), coloured by its cluster (``legend``: the legend's title, default the
+    cluster column's name)."""
     points = ax.scatter(heads[x], heads[y], c=heads[cluster].to_numpy(), cmap="tab10", s=40)
     for row in heads.iter_rows(named=True):
         ax.annotate(
             f"{row['layer']}-{row['head']}", (row[x], row[y]), fontsize=6, xytext=(2, 2), textcoords="offset points"
         )
-    ax.legend(*points.legend_elements(), title=cluster.split("@")[0], fontsize=7, loc="best")
+    ax.legend(*points.legend_elements(), title=legend or cluster.split("@")[0], fontsize=7, loc="best")
     ax.set_xticks([])
     ax.set_yticks([])
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=TITLE_SIZE)
 
 
-def _mds(heads: pl.DataFrame, x: str, y: str, cluster: str, title: str) -> Figure:
+def _mds(heads: pl.DataFrame, label: Label, x: str, y: str, cluster: str) -> Figure:
     fig, ax = _axes((7, 6))
-    _mds_panel(ax, heads, x, y, cluster, title)
+    _mds_panel(ax, heads, x, y, cluster, "", label(cluster))
     return fig
 
 
-def _bars(df: pl.DataFrame, x: str, y: str, baseline: str, title: str) -> Figure:
+def _bars(df: pl.DataFrame, label: Label, x: str, y: str, baseline: str) -> Figure:
     """One bar per ``x`` (e.g. a disabled layer) with the baseline as a line (Kovaleva et al. Figure 9)."""
     fig, ax = _axes((6, 4))
     ax.bar(df[x].cast(pl.Utf8), df[y], color="tab:blue")
-    ax.axhline(df[baseline][0], color="tab:orange", label="baseline")
+    ax.axhline(df[baseline][0], color="tab:orange", label=label(baseline))
     low = min(df[y].min(), df[baseline][0])
     high = max(df[y].max(), df[baseline][0])
     ax.set_ylim(low - 0.1 * (high - low + 1), high + 0.1 * (high - low + 1))
-    ax.set_xlabel(x)
-    ax.set_ylabel(df["metric"][0] if "metric" in df.columns else y)
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(df["metric"][0] if "metric" in df.columns else label(y))
     ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=9)
     return fig
 
 
-def _curve(df: pl.DataFrame, x: str, y: str, group: str, title: str) -> Figure:
-    """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task)."""
+def _curve(df: pl.DataFrame, label: Label, x: str, y: str, group: str) -> Figure:
+    """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task); a share (a
+    column named ...share) in percent."""
     fig, ax = _axes((6, 4))
     points = df.filter(pl.col(x).is_not_null()).sort(x)
     for (name,), part in points.group_by(group, maintain_order=True):
         ax.plot(part[x] * 100 if x.endswith("share") else part[x], part[y], marker="o", markersize=3, label=name)
-    ax.set_xlabel(f"{x} (%)" if x.endswith("share") else x)
-    ax.set_ylabel(y)
-    ax.legend(fontsize=7)
-    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(label(y))
+    ax.legend(fontsize=7, title=label(group), title_fontsize=7)
     return fig
 
 
-def _stacked(df: pl.DataFrame, x: str, *columns: str, title: str) -> Figure:
+def _stacked(df: pl.DataFrame, label: Label, x: str, *columns: str) -> Figure:
     """One bar per ``x`` value, stacked by ``columns`` (rows with a layer are left out; Kovaleva Figure 2)."""
     rows = df.filter(pl.col("layer").is_null()) if "layer" in df.columns else df
-    fig, ax = _axes((max(5, 1.2 * len(rows)), 4))
+    fig, ax = _axes((max(6.0, 1.2 * len(rows) + 2.5), 4.5))
     bottom = np.zeros(len(rows))
-    labels = [str(v) for v in rows[x]]
+    names = [_wrap(str(v), 24) for v in rows[x]]
     for column in columns:
         values = rows[column].fill_null(0).to_numpy()
-        ax.bar(labels, values, bottom=bottom, label=column)
+        ax.bar(names, values, bottom=bottom, label=label(column))
         bottom += values
-    ax.set_ylabel("share (%)")
-    ax.tick_params(axis="x", labelrotation=20, labelsize=7)
+    ax.set_ylabel("share of maps (%)")
+    ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
-    ax.set_title(title, fontsize=9)
+    return fig
+
+
+def _hbars(df: pl.DataFrame, label: Label, y: str, value: str, baseline: str, *tags: str) -> Figure:
+    """Per ``y`` (e.g. a dependency relation), top to bottom in the answer's order, a bar of ``value`` (the best
+    head's accuracy) above one of ``baseline`` (the best fixed offset's), each tagged with its row's text in
+    ``tags`` (the head as layer-head, the offset); the legend names the bars by their tags' labels."""
+    fig, ax = _axes((7.0, 0.42 * len(df) + 1.4))
+    positions = np.arange(len(df))
+    height = 0.4
+    high = 0.0
+    for i, (column, tag) in enumerate(zip((value, baseline), (*tags, "", "")[:2], strict=True)):
+        widths = df[column].cast(pl.Float64).fill_null(0.0).to_numpy()
+        high = max(high, float(widths.max(initial=0.0)))
+        bars = ax.barh(positions + (i - 0.5) * height, widths, height, color=f"C{i}", label=label(tag or column))
+        if tag:
+            ax.bar_label(bars, ["" if v is None else str(v) for v in df[tag]], padding=2, fontsize=7)
+    ax.set_yticks(positions, [str(v) for v in df[y]], fontsize=8)
+    ax.margins(y=0.01)
+    ax.invert_yaxis()  # the answer's first row on top
+    ax.set_xlim(0, 1.15 * high or 1.0)  # room for the tags
+    ax.set_xlabel(label(value))
+    ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1), ncols=2, frameon=False)
     return fig
 
 
@@ -349,35 +392,49 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
         raise AtlasError(f"'{entry.name}': no rows to plot")
     if runs:
         fig = _comparison(entry, df, heads, runs)
-        fig.suptitle(_wrap(source or entry.name, int(fig.get_figwidth() * 14)), fontsize=9)
-        return fig
-    title = "\n".join(textwrap.wrap(source or f"{entry.name} ({entry.paper})", 90))
-    if kind == "stacked":
-        return _tight(_stacked(df, *columns, title=title))
-    if kind in ("mds", "bars", "curve"):
-        return _tight({"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, *columns, title=title))
-    # panels in rows of at most PANELS_PER_ROW, so that a figure of many columns stays readable
+    elif kind == "stacked":
+        fig = _stacked(df, entry.label, *columns)
+    elif kind == "hbars":
+        fig = _hbars(df, entry.label, *columns)
+    elif kind in ("mds", "bars", "curve"):
+        fig = {"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, entry.label, *columns)
+    else:
+        fig = _panels(kind, df, heads, columns, entry.label)
+    _title(fig, source or (entry.name if runs else f"{entry.name} ({entry.paper})"))
+    return fig
+
+
+def _panels(kind: str, df: pl.DataFrame, heads: pl.DataFrame, columns: Sequence[str], label: Label) -> Figure:
+    """A heat map or a layers panel per column, in rows of at most PANELS_PER_ROW, so that a figure of many
+    columns stays readable."""
     n_cols = min(len(columns), PANELS_PER_ROW)
     n_rows = -(-len(columns) // n_cols)
-    width, height = (5.0, 4.0) if kind == "heatmap" else (3.5, 3.2)
-    fig = Figure(figsize=(width * n_cols, height * n_rows + 0.6))
+    width, height = (5.0, 4.0) if kind == "heatmap" else (3.6, 3.2)
+    fig = _new((width * n_cols, height * n_rows + 0.6))
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
     baseline = next((float(df[c][0]) for c in df.columns if c.startswith("uniform") and df[c][0] is not None), None)
     for ax, column in zip(axes.flat, columns, strict=False):
         grid, layers = _grid(heads, column)
         if kind == "heatmap":
-            _colour_bar(_heatmap(ax, grid, layers, column), ax, column)
+            _colour_bar(_heatmap(ax, grid, layers, label(column)), ax, label(column))
         else:
-            _layers(ax, grid, layers, column, baseline)
+            _layers(ax, grid, layers, label(column), baseline, column)
     for ax in list(axes.flat)[len(columns) :]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=9)
-    return _tight(fig)
-
-
-def _tight(fig: Figure) -> Figure:
-    fig.tight_layout()
     return fig
+
+
+def _title(fig: Figure, text: str) -> None:
+    """The figure's title, in as few lines as fit its width (a run id is never cut)."""
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    renderer = fig.canvas.get_renderer()
+    title = fig.suptitle(text, fontsize=TITLE_SIZE)
+    room = 0.97 * fig.bbox.width
+    width = len(text)
+    while (wide := title.get_window_extent(renderer).width) > room and width > 20:
+        width = max(20, min(width - 1, int(width * room / wide)))
+        title.set_text(_wrap(text, width))
 
 
 def save(fig: Figure, out: Path, dpi: int = 150) -> None:

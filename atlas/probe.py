@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.probe_data import GLOVE_NAME, Batch, Glove, Sentence, batches, load_sentences, padded
 from atlas.probe_models import AttnGlove, AttnOnly, DistancesGlove, branching
 from atlas.recompute import run_model
@@ -122,7 +122,7 @@ def run(
 ) -> list[dict]:
     """Train every probe on ``train_run``, score them and the baselines on ``eval_run``, store the results
     (``model``: see ``run_model``)."""
-    lm = run_model(store, train_run, "--train", model)
+    lm = run_model(store, train_run, "train_run", model)
     con = store.connect()
     hashes = dict(
         con.execute("SELECT run_id, model_hash FROM runs WHERE run_id IN (?, ?)", [train_run, eval_run]).fetchall()
@@ -134,11 +134,14 @@ def run(
     ).fetchall()
     con.close()
     if packed:
-        raise AtlasError(f"probe: run '{packed[0][0]}' packs several sentences per input; ingest with --pack none")
+        raise AtlasError(
+            f"probe: run '{packed[0][0]}' packs several sentences per input; ingest with {arg('pack', repr('none'))}"
+        )
+    given = arg("eval_run", repr(eval_run))
     if eval_run not in hashes:
-        raise AtlasError(f"--eval '{eval_run}': no such run in {store.root} (see 'atlas runs')")
+        raise AtlasError(f"{given}: no such run in {store.root} (see 'atlas runs')")
     if hashes[eval_run] != hashes[train_run]:
-        raise AtlasError(f"--eval '{eval_run}': made with another model than --train '{train_run}'")
+        raise AtlasError(f"{given}: made with another model than {arg('train_run', repr(train_run))}")
     glove = Glove()
     train_sents = load_sentences(store, train_run, lm, glove, settings.train_limit, progress, "train maps")
     eval_sents = load_sentences(store, eval_run, lm, glove, settings.eval_limit, progress, "eval maps")

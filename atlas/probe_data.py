@@ -3,10 +3,12 @@
 For every word j (the dependent) and every candidate head i, the features are the word-level attention
 of every head in both directions: channel k < K is attention from j to i in head k, channel K + k is
 attention from i to j (K = layers x heads), the released probe's channel order. Word level as in
-Clark et al.: attention TO a split word is the sum over its pieces, FROM it the mean over its pieces;
-[CLS] and all [SEP] tokens are units of their own. The ROOT candidate is scored from the attention
-between the word and [CLS] and [SEP] (two learned scalars shared by all heads, see ``probe_models``); by
-role (tokens.role): the cls or bos token, and the other special tokens (sep, eos), 0 where there is none.
+Clark et al.: attention TO a split word is the sum over its pieces, FROM it the mean over its pieces (its first
+piece's row where the run's word_rows is 'first'); [CLS] and all [SEP] tokens are units of their own; a word
+without pieces (text as written, ``ingest.align``) attends and is attended to by nothing (zeros). The ROOT
+candidate is scored from the attention between the word and [CLS] and [SEP] (two learned scalars shared by all
+heads, see ``probe_models``); by role (tokens.role): the cls or bos token, and the other special tokens (sep,
+eos), 0 where there is none.
 Candidates are ROOT and every word of the sentence, the word itself included, as in the released code.
 
 GloVe: the pair (dependent j, candidate i) is represented by v_j (+) v_i, ROOT's v_i being zeros, as
@@ -51,10 +53,14 @@ class Sentence:
     scored: np.ndarray  # [n] bool: counts for UAS (every word but punctuation); every word is trained on
 
 
-def word_maps(attn: np.ndarray, item: StoredInput) -> tuple[np.ndarray, np.ndarray]:
-    """``(pair [n, n, 2K], root [n, 2, 2K])`` from one input's attention ``[L, H, t, t]``."""
+def word_maps(
+    attn: np.ndarray, item: StoredInput, n_words: int | None = None, first: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(pair [n, n, 2K], root [n, 2, 2K])`` from one input's attention ``[L, H, t, t]`` (``n_words``: the input's
+    words, some of which may have no piece; ``first``: FROM a word, its first piece's row)."""
     n_layers, n_heads, n_tok, _ = attn.shape
-    n_words = 1 + max((w for w in item.token_word if w is not None), default=-1)
+    if n_words is None:
+        n_words = 1 + max((w for w in item.token_word if w is not None), default=-1)
     cls_unit, sep_unit = n_words, n_words + 1
     unit = [
         w if w is not None else (cls_unit if r in START_ROLES else sep_unit)
@@ -63,6 +69,8 @@ def word_maps(attn: np.ndarray, item: StoredInput) -> tuple[np.ndarray, np.ndarr
     to_unit = torch.zeros(n_tok, n_words + 2)
     to_unit[torch.arange(n_tok), torch.tensor(unit)] = 1.0
     from_unit = to_unit.T / to_unit.sum(dim=0).clamp(min=1.0)[:, None]
+    if first:  # each unit's first token only
+        from_unit = (to_unit.cumsum(dim=0) == 1).float().T * to_unit.T
     units = from_unit @ torch.from_numpy(attn) @ to_unit  # [L, H, U, U]
     units = units.reshape(n_layers * n_heads, n_words + 2, n_words + 2)
     forward = units.permute(1, 2, 0)  # [from, to, K]: channel k = attention from j to i
@@ -103,6 +111,7 @@ def load_sentences(
     recomputed. Every sentence counts, one-word sentences included, as in the released probe."""
     inputs = stored_inputs(store, run_id, limit)
     con = store.connect()
+    first = con.execute("SELECT word_rows = 'first' FROM runs WHERE run_id = ?", [run_id]).fetchone()[0]
     rows = con.execute(
         "SELECT example_id, list(form ORDER BY word_idx), list(head_word_idx ORDER BY word_idx), "
         "       list(deprel ORDER BY word_idx) "
@@ -118,7 +127,7 @@ def load_sentences(
             raise AtlasError(f"probe: run '{run_id}' has words without a dependency annotation (HEAD/DEPREL)")
         if any(s is not None and r is None for s, r in zip(item.special, item.role, strict=True)):
             raise AtlasError(f"probe: {ROLES_STORED.message.format(run=run_id)}")
-        pair, root = word_maps(attn, item)
+        pair, root = word_maps(attn, item, len(forms), first)
         gold = np.array([0 if h is None else h + 1 for h in heads], dtype=np.int64)
         scored = np.array([d.split(":")[0] != "punct" for d in deprels])
         out.append(Sentence(item.example_id, pair, root, glove.lookup(forms), gold, scored))

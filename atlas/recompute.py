@@ -31,25 +31,26 @@ class StoredInput:
     role: list[str | None]  # the special token's role (tokens.role), None for a word's piece
 
 
-def run_model(store: Store, run_id: str, option: str = "--run", model: str | None = None) -> LoadedModel:
+def run_model(store: Store, run_id: str, param: str = "run", model: str | None = None) -> LoadedModel:
     """Load the model a run was made with (``model``: from there instead, where it has moved since); refuse one
-    whose weights differ from the recorded hash."""
+    whose weights differ from the recorded hash (``param``: the parameter the run was given as)."""
     con = store.connect()
     row = con.execute(
         "SELECT model_source, model_hash, random_init, seed FROM runs WHERE run_id = ?", [run_id]
     ).fetchone()
     con.close()
+    given = arg(param, repr(run_id))
     if row is None:
-        raise AtlasError(f"{option} '{run_id}': no such run in {store.root} (see 'atlas runs')")
+        raise AtlasError(f"{given}: no such run in {store.root} (see 'atlas runs')")
     source, model_hash, random_init, seed = row
     if model is None and Path(source).is_absolute() and not Path(source).is_dir():
         raise AtlasError(
-            f"{option} '{run_id}': its model was at {source}, which is no longer there; give {arg('model')} and "
+            f"{given}: its model was at {source}, which is no longer there; give {arg('model')} and "
             "the model's folder now (its weights are checked against the run's)"
         )
     lm = load_model(model or source, random_init=random_init, seed=seed)
     if lm.model_hash != model_hash:
-        raise AtlasError(f"{option} '{run_id}': the model at {model or source} is not the one the run was made with")
+        raise AtlasError(f"{given}: the model at {model or source} is not the one the run was made with")
     return lm
 
 

@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.macros import macros_state, write_macros
 
 SCHEMA_FILE = resources.files("atlas") / "schema.sql"  # the repository's schema.sql, installed in atlas/
@@ -66,6 +66,8 @@ SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a 
 OLDER_RUNS = {
     ("tokens", "role"): "coalesce(role, CASE special WHEN '[CLS]' THEN 'cls' WHEN '[SEP]' THEN 'sep' END) AS role",
     ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",
+    ("runs", "text"): "coalesce(text, 'words') AS text",  # before --text, every run read the words joined by spaces
+    ("runs", "word_rows"): "coalesce(word_rows, 'mean') AS word_rows",  # and averaged a word's pieces' rows
 }
 # the store's folder as DuckDB sees it: the directory of the database's default temp_directory
 # ('<database file>.tmp'); '' when DuckDB was started in the store's folder
@@ -181,6 +183,11 @@ class Store:
         self.staging = root / ".staging"
         self.lock_file = root / LOCK_NAME
 
+    @property
+    def named(self) -> str:
+        """The store as an error names it: the parameter ``store`` and its path (see ``atlas.errors``)."""
+        return arg("store", repr(str(self.root)))
+
     def exists(self) -> bool:
         return self.db.is_file()
 
@@ -194,9 +201,9 @@ class Store:
     def make_folders(self) -> None:
         """The store's folder and data folder, its path checked first (``create``'s first half)."""
         if self.root.exists() and not self.root.is_dir():
-            raise AtlasError(f"--store '{self.root}': exists and is not a directory")
+            raise AtlasError(f"{self.named}: exists and is not a directory")
         if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
-            raise AtlasError(f"--store '{self.root}': the path must not contain * ? [ ] {{ }} (file patterns)")
+            raise AtlasError(f"{self.named}: the path must not contain * ? [ ] {{ }} (file patterns)")
         self.data.mkdir(parents=True, exist_ok=True)
 
     def write_database(self) -> None:
@@ -227,7 +234,7 @@ class Store:
             self.root.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise AtlasError(f"--store '{self.root}': cannot write to this store ({exc.strerror})") from None
+            raise AtlasError(f"{self.named}: cannot write to this store ({exc.strerror})") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -237,7 +244,7 @@ class Store:
                     os.close(fd)
                     fd = -1
                     raise StoreBusy(
-                        f"--store '{self.root}': another atlas process is writing to this store (pid {holder}); "
+                        f"{self.named}: another atlas process is writing to this store (pid {holder}); "
                         "try again when it is done"
                     ) from None
                 print(f"waiting for atlas process {holder} to finish writing to {self.root}", file=sys.stderr)
@@ -353,7 +360,7 @@ class Store:
         macros the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no
         extension installs and no file access outside the store's data folder (for the rest of the process)."""
         if not self.exists():
-            raise AtlasError(f"--store '{self.root}': no store here (run 'atlas ingest' first)")
+            raise AtlasError(f"{self.named}: no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
         recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'view_state'").fetchone()
         if any(self.root.glob(".journal-*.json")) and os.access(self.root, os.W_OK):
@@ -371,7 +378,7 @@ class Store:
             con.close()
             if not os.access(self.db, os.W_OK):
                 raise AtlasError(
-                    f"--store '{self.root}': written by another version of atlas; open it once where it can be "
+                    f"{self.named}: written by another version of atlas; open it once where it can be "
                     "written to update its views"
                 )
             self.refresh_views()
@@ -435,5 +442,5 @@ class Store:
     def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
         row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()
         if row is None:
-            raise AtlasError(f"--store '{self.root}': the store holds no run yet")
+            raise AtlasError(f"{self.named}: the store holds no run yet")
         return row[0]

@@ -1,8 +1,19 @@
 """Stage 1: read a CoNLL-U (UD v2) file into sentences, words and CorefUD coreference mentions.
 
-Streams sentence by sentence. Multiword-token ranges (``3-4``) and empty nodes (``8.1``) are skipped:
-the analyses work on the syntactic words. Every malformed line raises ``AtlasError`` naming
-``file:line``.
+Streams sentence by sentence. The analyses work on the syntactic words: empty nodes (``8.1``) are skipped,
+and a multiword token (``3-4 don't``) gives its words (``do``, ``n't``), not a word of its own. Every malformed
+line raises ``AtlasError`` naming ``file:line``.
+
+Each sentence also carries its text as written and each word's characters in it (``Sentence.text``,
+``Sentence.spans``), what a model reads by default (``ingest.align``):
+- the sentence's ``# text`` comment, when its words are found in it in order, separated by nothing but
+  whitespace (a multiword token by its surface form: ``don't``, not ``do n't``); otherwise, and for a
+  sentence without ``# text``, its surface tokens joined by single spaces, none after a token whose MISC
+  says ``SpaceAfter=No`` (on a multiword token, its range line's). A sentence whose ``# text`` is not found
+  so is marked (``Sentence.text_unmatched``; ``unmatched_texts`` counts them).
+- the words of a multiword token lie on its surface form: each on its own characters where their forms
+  concatenate to it (``do`` + ``n't`` = ``don't``, ``can`` + ``not`` = ``cannot``); otherwise (``del`` = ``de``
+  + ``el``) the first word holds the whole surface form and the others no character.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ from atlas.errors import AtlasError
 
 _ENTITY_ITEM = re.compile(r"\(([^()]+)\)|\(([^()]+)|([^()]+)\)")
 _DISCONTINUOUS = re.compile(r"\[\d+/\d+\]$")
+_RANGE = re.compile(r"(\d+)-(\d+)")
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,9 @@ class Sentence:
     mentions: list[Mention] = field(default_factory=list)  # mentions that end in this sentence
     label: str | None = None  # the task label of a task example (GLUE), None for a treebank
     frames: list = field(default_factory=list)  # FrameNet frame elements (ingest.framenet.FrameElement)
+    text: str | None = None  # the sentence as written (None: known only as its words)
+    spans: list[tuple[int, int]] | None = None  # each word's characters in text, [start, end); (k, k): none
+    text_unmatched: bool = False  # CoNLL-U: its '# text' does not hold its words; text is their joined forms
 
 
 def _none(value: str) -> str | None:
@@ -141,6 +156,85 @@ def _parse_word(path: Path, lineno: int, cols: list[str], expected_id: int) -> W
     )
 
 
+@dataclass(frozen=True)
+class _Range:
+    """A multiword token's range line: its words' ids (``first``-``last``), its surface form, its MISC."""
+
+    first: int
+    last: int
+    form: str
+    misc: str | None
+
+
+def _space_after(misc: str | None) -> bool:
+    return "SpaceAfter=No" not in (misc or "").split("|")
+
+
+def _surface(words: list[Word], ranges: list[_Range]) -> list[tuple[str, int, int, bool]]:
+    """The sentence's surface tokens: (form, its first and last word (0-based, inclusive), a space after it)."""
+    starting = {r.first: r for r in ranges}
+    out: list[tuple[str, int, int, bool]] = []
+    i = 1
+    while i <= len(words):
+        r = starting.get(i)
+        if r is not None and i <= r.last <= len(words):
+            out.append((r.form, i - 1, r.last - 1, _space_after(r.misc) and _space_after(words[r.last - 1].misc)))
+            i = r.last + 1
+        else:
+            out.append((words[i - 1].form, i - 1, i - 1, _space_after(words[i - 1].misc)))
+            i += 1
+    return out
+
+
+def _found(tokens: list[tuple[str, int, int, bool]], text: str) -> list[int] | None:
+    """Where each surface token starts in ``text``, when they are all there in order, separated by whitespace
+    only; None when they are not."""
+    starts, at = [], 0
+    for form, *_ in tokens:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if not text.startswith(form, at):
+            return None
+        starts.append(at)
+        at += len(form)
+    return starts if not text[at:].strip() else None
+
+
+def _placed(forms: list[str], surface: str, start: int) -> list[tuple[int, int]]:
+    """The characters of a surface token's words: each its own where their forms concatenate to the surface
+    form, else the whole token for the first and none for the others."""
+    end = start + len(surface)
+    if len(forms) == 1:
+        return [(start, end)]
+    if "".join(forms) != surface:
+        return [(start, end)] + [(end, end)] * (len(forms) - 1)
+    out, at = [], start
+    for form in forms:
+        out.append((at, at + len(form)))
+        at += len(form)
+    return out
+
+
+def written(words: list[Word], ranges: list[_Range], text: str | None) -> tuple[str, list[tuple[int, int]], bool]:
+    """A sentence as written (see the module notes), each word's characters in it, and whether a ``# text``
+    given does not hold the words."""
+    tokens = _surface(words, ranges)
+    starts = None if text is None else _found(tokens, text)
+    unmatched = text is not None and starts is None
+    if starts is None:
+        parts: list[str] = []
+        starts, at = [], 0
+        for n, (form, _, _, space) in enumerate(tokens):
+            starts.append(at)
+            parts.append(form + (" " if space and n + 1 < len(tokens) else ""))
+            at += len(parts[-1])
+        text = "".join(parts)
+    spans: list[tuple[int, int]] = []
+    for (form, first, last, _), start in zip(tokens, starts, strict=True):
+        spans.extend(_placed([w.form for w in words[first : last + 1]], form, start))
+    return text, spans, unmatched
+
+
 def _check_heads(path: Path, sentence: Sentence, lines: list[int]) -> None:
     n = len(sentence.words)
     for word, lineno in zip(sentence.words, lines, strict=True):
@@ -167,16 +261,20 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
     sent_id: str | None = None
     sentence: Sentence | None = None
     word_lines: list[int] = []
+    text: str | None = None  # the sentence's '# text'
+    ranges: list[_Range] = []  # its multiword tokens
     index = 0
 
     def finish() -> Sentence | None:
-        nonlocal sentence, sent_id, index
+        nonlocal sentence, sent_id, text, index
         done = sentence
         if done is not None:
             _check_heads(path, done, word_lines)
+            done.text, done.spans, done.text_unmatched = written(done.words, ranges, text)
             index += 1
-        sentence, sent_id = None, None
+        sentence, sent_id, text = None, None, None
         word_lines.clear()
+        ranges.clear()
         return done
 
     for lineno, raw in _lines(path):
@@ -195,12 +293,18 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
                 doc_id = value or f"doc-line-{lineno}"
             elif key == "sent_id":
                 sent_id = value
+            elif key == "text":
+                text = value
             continue
         cols = line.split("\t")
         if len(cols) != 10:
             raise AtlasError(f"{path}:{lineno}: expected 10 tab-separated columns, found {len(cols)}")
-        if "-" in cols[0]:
-            continue  # multiword-token range: its words follow
+        if "-" in cols[0]:  # multiword-token range: its words follow
+            match = _RANGE.fullmatch(cols[0])
+            if match is None:
+                raise AtlasError(f"{path}:{lineno}: malformed multiword-token range '{cols[0]}'")
+            ranges.append(_Range(int(match[1]), int(match[2]), cols[1], _none(cols[9])))
+            continue
         if sentence is None:
             sentence = Sentence(index, sent_id or f"s{index + 1}", doc_id, lineno)
         if "." in cols[0]:  # empty node: not a word, but its coreference brackets count (at the word before)
@@ -216,6 +320,11 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
     if (done := finish()) is not None:
         yield done
     entities.close_document()
+
+
+def unmatched_texts(path: Path) -> list[str]:
+    """The sent_ids of the sentences whose ``# text`` does not hold their words (read as their joined forms)."""
+    return [s.sent_id for s in read_conllu(path) if s.text_unmatched]
 
 
 def write_first_sentences(src: Path, n_sentences: int, dst: Path) -> Path:

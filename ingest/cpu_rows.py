@@ -86,7 +86,7 @@ def _sum(x, start, stop):
 
 @nb.njit(nogil=True, cache=True)
 def _first_largest(x, n):
-    """Where the largest of ``x[:n]`` is first (float32, all non-negative but at most one, which is below them all):
+    """Where the largest of ``x[:n]`` is first (float32, all non-negative but a few NEVER, which are below them all):
     compared as their bits, which non-negative floats order alike; vectorised, where a float maximum is not."""
     bits = x[:n].view(np.int32)
     top = bits[0]
@@ -124,14 +124,16 @@ class Scratch(NamedTuple):
 
 
 @nb.njit(parallel=True, nogil=True, cache=True)
-def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, target_tok, target_of, n_target_tokens, k,
-           kept_steps, per_step, causal, smoothing, offsets, row_offsets, word_offsets, entropy, argmax, masses,
-           received, dst_word, weight, from_word, from_weight, edge_dst, edge_w, edge_n, floats, ints, columns,
-           to_words_of, tok_words, word_rows, word_best):  # fmt: skip
+def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, gaps, first_only, target_tok, target_of,
+           n_target_tokens, k, kept_steps, per_step, causal, smoothing, offsets, row_offsets, word_offsets, entropy,
+           argmax, masses, received, dst_word, weight, from_word, from_weight, edge_dst, edge_w, edge_n, floats, ints,
+           columns, to_words_of, tok_words, word_rows, word_best):  # fmt: skip
     """One layer's maps ``attn`` ``[batch, heads, n, n]`` into the batch's rows (input after input, each input's in
     (layer, head, position) order from ``row_offsets``; word rows likewise from ``word_offsets``, for inputs of two
     words or more) and edge slots (``offsets``: where each input's slots start; ``k`` slots per row, at most ``n``);
-    a word's pieces are the tokens ``word_start`` to ``word_stop``; ``positions``: the lower bits of the rank keys
+    a word's pieces are the tokens ``word_start`` to ``word_stop`` (none: equal; ``gaps``: an input has such a word
+    before its last word with pieces); ``first_only``: FROM a word, its first piece's row; ``positions``: the lower
+    bits of the rank keys
     of a ``[n, n]`` map, flat; ``floats`` to ``word_best``: a ``Scratch``, one thread's working arrays for each of
     its tasks (a head of an input: thread t takes tasks t, t + threads, ...)."""
     n_batch, n_heads = attn.shape[0], attn.shape[1]
@@ -211,7 +213,7 @@ def _layer(attn, positions, layer, lengths, n_words, word_start, word_stop, targ
                 at = slice(word, word + nw)
                 _word_predictions(to_words, word_start[b], word_stop[b], nw, word_rows[thread, 0, :nw],
                                   word_rows[thread, 1, :nw], word_best[thread, :nw], dst_word[at], weight[at],
-                                  from_word[at], from_weight[at])  # fmt: skip
+                                  from_word[at], from_weight[at], first_only, gaps[b])  # fmt: skip
 
 
 @nb.njit(fastmath=True, nogil=True, cache=True)
@@ -256,16 +258,22 @@ def _kept_edges(n, best, slots, kept_steps, per_step, keys, top_steps, top_pos, 
 
 
 @nb.njit(nogil=True, cache=True)
-def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_word, weight, from_word, from_weight):
+def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_word, weight, from_word, from_weight,
+                      first_only, gaps):  # fmt: skip
     """Clark et al.'s word-level map of one head (FROM a word: the mean over its pieces' rows of ``to_words``,
-    summed in token order; a word of one piece: its row as it is, where no other word reads it) and, for every word,
-    the other word it attends to most and the other word attending to it most (the first of equal weights); ``row``,
-    ``col_max`` and ``col_best`` (int32: vectorised beside the float32 weights): working arrays of ``nw``."""
+    summed in token order, or with ``first_only`` its first piece's row; a word of one piece: its row as it is,
+    where no other word reads it) and, for every word, the other word it attends to most and the other word
+    attending to it most (the first of equal weights); ``row``, ``col_max`` and ``col_best`` (int32: vectorised
+    beside the float32 weights): working arrays of ``nw``. A word without pieces (``gaps``: the input has one) is
+    never a prediction; its own are filler (``ingest.sparsify`` drops its rows)."""
     col_max[:] = -np.inf
     col_best[:] = 0
     for u in range(nw):
         first, past = start[u], stop[u]
-        if past - first == 1:
+        if past == first:
+            dst_word[u], weight[u] = 0, 0.0
+            continue
+        if past - first == 1 or first_only:
             mean = to_words[first]
         else:
             mean = row
@@ -277,6 +285,10 @@ def _word_predictions(to_words, start, stop, nw, row, col_max, col_best, dst_wor
             for v in range(nw):
                 mean[v] *= scale
         mean[u] = NEVER  # never the word itself
+        if gaps:
+            for v in range(nw):
+                if start[v] == stop[v]:
+                    mean[v] = NEVER
         best = _first_largest(mean, nw)
         dst_word[u], weight[u] = best, mean[best]
         source = np.int32(u)
@@ -321,6 +333,9 @@ class CpuRows:
         self.n = n = np.asarray(lengths, dtype=np.int64)
         self.n_words = n_words = np.asarray(batch.n_words, dtype=np.int64)
         self.word_start, self.word_stop = _word_spans(batch.token_words, max(int(n_words.max()), 1))
+        inside = np.arange(self.word_start.shape[1]) < n_words[:, None]
+        self.gaps = ((self.word_start == self.word_stop) & inside).any(axis=1)
+        self.first_only = batch.first_piece
         self.k = k = n_max if kept_mass is None else min(batch.max_edges or n_max, n_max)
         slots = lh * n * np.minimum(k, n)
         self.offsets = np.concatenate([[0], np.cumsum(slots)[:-1]]).astype(np.int64)
@@ -364,7 +379,8 @@ class CpuRows:
         nb.set_num_threads(self.threads)
         stats, words = self.stats, self.words
         _layer(np.ascontiguousarray(attn.numpy()), self.positions, layer, self.n, self.n_words, self.word_start,
-               self.word_stop, self.target_tok, self.target_of, self.n_target_tokens, self.k, self.kept_steps,
+               self.word_stop, self.gaps, self.first_only, self.target_tok, self.target_of, self.n_target_tokens,
+               self.k, self.kept_steps,
                self.per_step, self.causal, self.smoothing, self.offsets, self.row_offsets, self.word_offsets,
                stats["entropy"], stats["argmax_tok"], stats["masses"], stats["received"], words["dst_word"],
                words["weight"], words["from_word"], words["from_weight"], self.edge_dst, self.edge_w,
@@ -390,20 +406,18 @@ class CpuRows:
 
 
 def _word_spans(token_words: Sequence[Sequence[int | None]], w_max: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each input's first and past-the-last token of each word ``[batch, w_max]`` (words past an input's own: 0, 1);
-    a word's pieces must be consecutive tokens, words in order."""
+    """Each input's first and past-the-last token of each word ``[batch, w_max]`` (a word without pieces, and words
+    past an input's own: 0, 0); a word's pieces must be consecutive tokens, words in order."""
     word_start = np.zeros((len(token_words), w_max), dtype=np.int64)
-    word_stop = np.ones((len(token_words), w_max), dtype=np.int64)
+    word_stop = np.zeros((len(token_words), w_max), dtype=np.int64)
     for b, tw in enumerate(token_words):
         ids = np.array([-1 if w is None else w for w in tw], dtype=np.int64)
         tokens = np.flatnonzero(ids >= 0)
         if len(tokens):
             first = np.flatnonzero(np.diff(ids[tokens], prepend=-1))
-            word_start[b, : len(first)] = tokens[first]
-            word_stop[b, : len(first)] = tokens[np.append(first[1:], len(tokens)) - 1] + 1
-            if (
-                not np.array_equal(ids[tokens][first], np.arange(len(first)))
-                or len(tokens) != (word_stop[b, : len(first)] - word_start[b, : len(first)]).sum()
-            ):
+            words = ids[tokens][first]
+            starts, stops = tokens[first], tokens[np.append(first[1:], len(tokens)) - 1] + 1
+            if np.any(np.diff(words) <= 0) or len(tokens) != (stops - starts).sum():
                 raise ValueError(f"input {b}: a word's pieces are not consecutive tokens, in word order")
+            word_start[b, words], word_stop[b, words] = starts, stops
     return word_start, word_stop

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.run_id import check_device_name
 
 
@@ -19,7 +19,10 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if cuda else "mps" if mps else "cpu")
     if (name == "cuda" and not cuda) or (name == "mps" and not mps):
-        raise AtlasError(f"--device {name}: torch sees no {name.upper()} device here (use --device cpu or auto)")
+        raise AtlasError(
+            f"{arg('device', repr(name))}: torch sees no {name.upper()} device here "
+            f"(use {arg('device', repr('cpu'))} or 'auto')"
+        )
     return torch.device(name)
 
 

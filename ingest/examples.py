@@ -5,7 +5,8 @@ Packing modes:
 - ``pair``: two consecutive sentences of a document, as the template's two texts (Clark et al.'s format:
   BERT's ``[CLS] a [SEP] b [SEP]``, RoBERTa's ``<s> a </s></s> b </s>``, GPT-2's ``a b``).
 - ``window``: as many consecutive sentences of a document as fit, as one text (long documents are
-  windowed sentence by sentence); the window's words are tokenized together, as one text.
+  windowed sentence by sentence); the window's sentences are tokenized together, as one text (as written:
+  joined by single spaces; ``words``: all their words joined by single spaces; see ``ingest.align``).
 An input longer than ``max_length`` is never truncated: a sentence that does not fit alone is skipped,
 recorded with ``skipped = true``, and counted. Lengths count the template's special tokens.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from atlas.ingestion.align import AlignedSentence, Pieces, align_texts
+from atlas.ingestion.align import AlignedSentence, Pieces, align_texts, text_of
 from atlas.ingestion.conllu import Mention, Sentence, Word
 from atlas.ingestion.template import Template, read_template
 
@@ -68,16 +69,18 @@ class Layout:
 
 @dataclass
 class Inputs:
-    """How a model's inputs are made from sentences: its tokenizer, its template, the corpus (for errors)."""
+    """How a model's inputs are made from sentences: its tokenizer, its template, the corpus (for errors) and
+    what of a sentence the model reads (``written`` or ``words``, ``ingest.align``)."""
 
     tokenizer: PreTrainedTokenizerBase
     template: Template
     path: Path | str
+    mode: str = "written"
     _windows: dict[tuple[int, ...], Pieces] = field(default_factory=dict, repr=False)  # the last two
 
     @classmethod
-    def of(cls, tokenizer: PreTrainedTokenizerBase, decoder: bool, path: Path | str) -> Inputs:
-        return cls(tokenizer, read_template(tokenizer, decoder), path)
+    def of(cls, tokenizer: PreTrainedTokenizerBase, decoder: bool, path: Path | str, mode: str = "written") -> Inputs:
+        return cls(tokenizer, read_template(tokenizer, decoder), path, mode)
 
     def text(self, group: list[AlignedSentence]) -> Pieces:
         """The pieces of sentences as one text: a sentence alone as aligned, several tokenized together."""
@@ -85,9 +88,9 @@ class Inputs:
             return group[0].pieces
         key = tuple(a.sentence.index for a in group)
         if key not in self._windows:
-            words = [w for a in group for w in a.sentence.words]
+            text = text_of([a.sentence for a in group], self.mode)
             self._windows = {k: v for k, v in self._windows.items() if k == key[:-1]}
-            self._windows[key] = align_texts(self.tokenizer, [words], self.path)[0]
+            self._windows[key] = align_texts(self.tokenizer, [text], self.path, self.mode)[0]
         return self._windows[key]
 
     def texts(self, group: list[AlignedSentence], pair: bool) -> list[Pieces]:

@@ -10,7 +10,8 @@ holds the lu files (``lu/../frame``); for an archive, from ``frame/*.xml`` insid
 parent, e.g. ``fndata-1.5/frame`` beside ``fndata-1.5-lu-exemplars.tar.gz``).
 
 Words are the space-separated tokens of the sentence text (the release's texts are tokenised; NLTK's
-``word_tokenize``, which the code uses, keeps the same sentences). A sentence's annotation is the last of
+``word_tokenize``, which the code uses, keeps the same sentences); the text a model reads as written is the
+sentence text from its first token to its last. A sentence's annotation is the last of
 its annotation sets with a labelled target (NLTK's reader lets later sets overwrite earlier ones), its
 elements the overt labels of that set's first-rank FE layer. The filters of the released code
 (``visualize_attention.ipynb`` cells 57-59; the paper's Section 4.2), in its order: a sentence is kept
@@ -255,6 +256,15 @@ def frames_for(path: Path) -> Frames:
     return _folder_frames(path.parent.parent / "frame", path)
 
 
+def _written(tokens: list[tuple[str, int, int]]) -> tuple[str, list[tuple[int, int]]]:
+    """The sentence text from its first token to its last, and each token's characters in it."""
+    start = tokens[0][1] if tokens else 0
+    text = ""
+    for form, first, _ in tokens:
+        text += " " * (first - start - len(text)) + form
+    return text, [(first - start, last + 1 - start) for _, first, last in tokens]
+
+
 def read_framenet(path: Path) -> Iterator[Sentence]:
     """The exemplar sentences that pass the filters, as sentences carrying their frame elements."""
     frames = frames_for(path)
@@ -272,5 +282,6 @@ def read_framenet(path: Path) -> Iterator[Sentence]:
                 Word(i + 1, t, None, None, None, None, None, None, None, 0) for i, (t, _, _) in enumerate(ex.tokens)
             ]
             elements = [FrameElement(frame, lu, name, core, (target, target), span) for name, span, core in ex.elements]
-            yield Sentence(index, ex.sent_id, lu, 0, words, frames=elements)
+            text, spans = _written(ex.tokens)
+            yield Sentence(index, ex.sent_id, lu, 0, words, frames=elements, text=text, spans=spans)
             index += 1

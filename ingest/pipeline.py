@@ -30,9 +30,7 @@ import transformers
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.align import AlignedSentence, align
-from atlas.ingestion.conllu import Sentence
-from atlas.ingestion.corpus import CorpusInfo, read_corpus, sha256_of
+from atlas.ingestion.corpus import CorpusInfo, read_aligned, sha256_of
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
@@ -70,12 +68,6 @@ class IngestResult:
     n_examples: int
     n_skipped: int
     n_edges: int
-
-
-def _aligned(lm: LoadedModel, sentences: Iterable[Sentence], path: Path, batch: int = 256) -> Iterator[AlignedSentence]:
-    it = iter(sentences)
-    while block := list(islice(it, batch)):
-        yield from align(lm.tokenizer, block, path)
 
 
 def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
@@ -173,6 +165,7 @@ def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[
             settings.kept_mass,
             settings.max_edges,
             lm.decoder,
+            first_piece=settings.word_rows == "first",
         )
         batches.append(_Batch(batch, layouts, rows_of))
     return _Chunk(rows, batches, sum(e.skipped for e in examples))
@@ -241,7 +234,8 @@ def done_marker(staging: Path, chunk: int) -> Path:
 def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inputs) -> Iterator[list[Example]]:
     """The run's examples in chunks of ``settings.chunk_examples``, in corpus order: the unit of resumption,
     the same for every engine (chunk i is staged as part-i files and marked done by ``done_marker``)."""
-    sentences = _aligned(lm, read_corpus(corpus, lm.tokenizer, settings.max_length), corpus.path)
+    sentences = read_aligned(corpus, lm.tokenizer, settings.max_length, text=settings.text)
+    inputs = replace(inputs, mode=settings.text)  # windows are tokenized as the sentences are
     examples = group_examples(sentences, settings.pack, settings.max_length, inputs)
     while block := list(islice(examples, settings.chunk_examples)):
         yield block
@@ -434,6 +428,8 @@ def _stage_and_publish(
         "corpus": corpus.name,
         "corpus_sha256": corpus.sha256,
         "pack": settings.pack,
+        "text": settings.text,
+        "word_rows": settings.word_rows,
         "max_length": max_length,
         "kept_mass": settings.kept_mass,
         "max_edges": None if settings.kept_mass is None else settings.max_edges,

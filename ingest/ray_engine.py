@@ -30,7 +30,7 @@ import ray.data
 from ray.exceptions import RayError
 from tqdm import tqdm
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.corpus_info import CorpusInfo
 from atlas.ingestion.examples import Example, Inputs
 from atlas.ingestion.pipeline import chunks, done_marker, read_marker, stage_chunk
@@ -44,10 +44,11 @@ SHARED = "every node must see the store at the same path (a shared filesystem)"
 
 
 def _first_line(exc: BaseException) -> str:
-    """An error in one line: an AtlasError's own, another's with its type."""
+    """An error in one line: an AtlasError's own (its parameters kept for each surface to name, see
+    ``atlas.errors``), another's with its type."""
     text = str(exc).strip()
     if isinstance(exc, AtlasError) and text:
-        return text.splitlines()[0]
+        return Exception.__str__(exc).strip().splitlines()[0]
     return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
@@ -89,7 +90,7 @@ class ChunkStager:
                 raise AtlasError(f"{staging}: not found on Ray node {ray.util.get_node_ip_address()}; {SHARED}")
             self.lm = load_model(source, random_init=random_init, seed=seed)
             if self.lm.model_hash != model_hash:
-                raise AtlasError(f"--model '{source}': a Ray worker loaded other weights than the driver")
+                raise AtlasError(f"{arg('model', repr(source))}: a Ray worker loaded other weights than the driver")
             self.inputs = Inputs.of(self.lm.tokenizer, self.lm.decoder, corpus)
         except Exception as exc:  # noqa: BLE001 (told to the driver with the first chunk)
             self.failed = _first_line(exc)
@@ -159,9 +160,9 @@ class RayEngine:
         try:
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            where = "--engine ray: cannot start Ray"
+            where = f"{arg('engine', repr('ray'))}: cannot start Ray"
             if self.address:
-                where = f"--ray-address '{self.address}': cannot join Ray"
+                where = f"{arg('ray_address', repr(self.address))}: cannot join Ray"
             raise AtlasError(f"{where} ({_first_line(exc)})") from None
         return True
 

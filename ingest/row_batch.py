@@ -23,6 +23,7 @@ class RowBatch:
     causal: bool  # a decoder's maps: no edge to a later token
     smoothing: float  # the entropy's: of (1 - smoothing) a + smoothing / n
     weight_step: float  # stored weights are multiples of this
+    first_piece: bool = False  # FROM a word of several pieces: its first piece's row (else the mean of its pieces')
 
     @property
     def word_rows(self) -> list[int]:

@@ -13,6 +13,7 @@ from typing import Protocol
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
 from atlas.ingestion.glue_tsv import task_spec
+from atlas.ingestion.repeated import Repeated
 from atlas.model.identity import DEFAULT_MODEL, model_identity
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
@@ -20,6 +21,8 @@ MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
 SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id: a store of other roundings differs)
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
+TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see ingest.align)
+WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see ingest.sparsify)
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,13 @@ class Settings:
     chunk_examples: int = CHUNK_EXAMPLES
     max_edges: int | None = MAX_EDGES  # sparse setting: at most this many edges per attention row (None: no cap)
     device: str = "auto"  # where the model and the work per attention weight run (not part of the run id)
+    text: str = "written"  # what the model reads of a sentence: as written, or its words joined by spaces
+    word_rows: str = "mean"  # a word's row of the word-level map: the mean of its pieces' rows, or its first's
+
+
+def number_text(value: float) -> str:
+    """A number as a message shows it: a whole float without its '.0' (the CLI reads '--kept-mass 2' as 2.0)."""
+    return str(int(value)) if isinstance(value, float) and value.is_integer() else str(value)
 
 
 def check_device_name(name: str) -> None:
@@ -42,13 +52,17 @@ def check_settings(settings: Settings) -> None:
     """Refuse numbers out of range, before any model is loaded (the model's own longest input is checked once
     it is loaded)."""
     if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
-        raise AtlasError(f"{arg('kept_mass', settings.kept_mass)}: expected a share above 0 and at most 1")
+        raise AtlasError(f"{arg('kept_mass', number_text(settings.kept_mass))}: expected a share above 0 and at most 1")
     if settings.max_length is not None and settings.max_length < 3:
         shown = arg("max_length", settings.max_length)
         raise AtlasError(f"{shown}: expected 3 or more (the special tokens and a word)")
     if settings.max_edges is not None and settings.max_edges < 1:
         raise AtlasError(f"{arg('max_edges', settings.max_edges)}: expected 1 or more")
     check_device_name(settings.device)
+    if settings.text not in TEXTS:
+        raise AtlasError(f"{arg('text', repr(settings.text))}: expected one of {', '.join(TEXTS)}")
+    if settings.word_rows not in WORD_ROWS:
+        raise AtlasError(f"{arg('word_rows', repr(settings.word_rows))}: expected one of {', '.join(WORD_ROWS)}")
 
 
 class ModelKey(Protocol):
@@ -61,6 +75,10 @@ class ModelKey(Protocol):
 
 
 def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
+    """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text and
+    word-row settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
+    the mean of the pieces' rows), so that those runs keep their ids; a drawn corpus (repeated) has no text."""
+    texts = settings.text != "words" and corpus.fmt != "repeated"
     key = json.dumps(
         [
             corpus.sha256,
@@ -74,6 +92,8 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             settings.pack,
             settings.chunk_examples,
             *([settings.max_edges, STORED_WEIGHTS, SPARSE_ROWS] if settings.kept_mass is not None else []),
+            *([["text", settings.text]] if texts else []),
+            *([["word_rows", settings.word_rows]] if settings.word_rows != "mean" else []),
         ],
     )
     return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -84,6 +104,8 @@ def _readable_part(corpus: CorpusInfo, name: str, random_init: bool, seed: int) 
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name)
     suffix = f"-random{seed}" if random_init else ""
     stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
+    if corpus.fmt == "repeated":  # no file: named by its settings
+        stem = Repeated.parse(corpus.path.name).stem
     return f"{stem}__{model}{suffix}__"
 
 
@@ -106,7 +128,8 @@ def ingested_run(
     ingest computes it; the corpus is not read further, since a run holds only a corpus that passed its check.
     Neither is hashed when no run of the store starts as this one's id would.
     """
-    if not data.is_dir() or not corpus.is_file() and not corpus.is_dir():
+    drawn = fmt == "repeated"  # no file: ``corpus`` is its name (ingest.repeated), its sha256 that of the name
+    if not data.is_dir() or not drawn and not corpus.is_file() and not corpus.is_dir():
         return None
     if sample is not None and fmt != "text" or fmt == "glue" and not task:
         return None  # refused by the corpus check
@@ -119,6 +142,6 @@ def ingested_run(
     if lm is None or (not settings.max_length and lm.max_positions is None):
         return None
     max_length = settings.max_length or lm.max_positions
-    info = replace(info, sha256=sha256_of(corpus))
+    info = replace(info, sha256=Repeated.parse(corpus.name).info().sha256 if drawn else sha256_of(corpus))
     run_id = run_id_for(info, lm, replace(settings, max_length=max_length))
     return run_id if (data / run_id).is_dir() else None

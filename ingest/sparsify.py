@@ -16,9 +16,12 @@ same maps). Rounding to the stored precision and the batch's store columns (inpu
   edge's) are the sum, count and max of its edges; nor is the mass to the first token where that token is the
   input's only [CLS]/BOS (the mass to [CLS]/BOS then; to_first is NULL in the file, the store's view fills it).
 - word rows: Clark et al.'s word-level map (attention TO a word = sum over its pieces, FROM a word = mean over
-  its pieces, special tokens as units of their own); for every word, the other word it attends to most (never
+  its pieces, special tokens as units of their own; ``first_piece``: FROM a word = its first piece's row, the
+  released code's ``get_word_word_attention`` default); for every word, the other word it attends to most (never
   itself or a special token) and that weight, and the other word attending to it most (the transposed map:
-  Clark et al.'s head -> dependent predictor) and that weight. Exact whatever the edge sparsity.
+  Clark et al.'s head -> dependent predictor) and that weight. Exact whatever the edge sparsity. A word without
+  pieces of its own (text as written: "not" of "cannot", one piece; ``ingest.align``) has no row and is never
+  a prediction; an input with fewer than two words with pieces has no word rows.
 
 Precision. The dense setting stores everything exact (float32). The sparse setting stores weights in fixed
 point: edge and word-level weights as multiples of 1/256 (``WEIGHT_STEP``, error at most 1/512; a weight below
@@ -93,6 +96,7 @@ class BatchRows:
         kept_mass: float | None,
         max_edges: int | None = MAX_EDGES,
         causal: bool = False,
+        first_piece: bool = False,
     ) -> None:
         n_max = max(lengths)
         self.names = list(targets[0]) if targets else []
@@ -104,7 +108,8 @@ class BatchRows:
         self.lengths, self.sparse, self.n_layers, self.n_heads = lengths, kept_mass is not None, n_layers, n_heads
         self.first_is_cls = [bool(t["cls"][0]) and t["cls"].sum() == 1 for t in targets or []]
         batch = RowBatch(n_layers, n_heads, n_max, lengths, token_words, self.n_words, masks, kept_mass, max_edges,
-                         causal, ENTROPY_SMOOTHING, WEIGHT_STEP)  # fmt: skip
+                         causal, ENTROPY_SMOOTHING, WEIGHT_STEP, first_piece)  # fmt: skip
+        self.word_kept = _words_with_pieces(token_words, batch.word_rows)
         # the rows' layer, head and position (and the word rows'), known before the maps
         self.row_keys = _keys(np.asarray(lengths, dtype=np.int64), n_layers, n_heads)
         self.word_keys = _keys(np.asarray(batch.word_rows, dtype=np.int64), n_layers, n_heads)
@@ -122,7 +127,7 @@ class BatchRows:
         return (
             Table(edges, counts),
             _rows(stats, self.row_keys, mass_names, self.first_is_cls),
-            _word_rows(words, self.word_keys),
+            _kept_rows(_word_rows(words, self.word_keys), self.word_kept, self.n_layers * self.n_heads),
         )
 
 
@@ -134,10 +139,11 @@ def batch_rows(
     kept_mass: float | None,
     max_edges: int | None = MAX_EDGES,
     causal: bool = False,
+    first_piece: bool = False,
 ) -> list[tuple[Columns, Columns, Columns]]:
     """``BatchRows`` of a batch whose maps (one tensor ``[batch, heads, n, n]`` per layer) are all at hand."""
     batch = BatchRows(maps[0].device, len(maps), maps[0].shape[1], lengths, token_words, targets, kept_mass,
-                      max_edges, causal)  # fmt: skip
+                      max_edges, causal, first_piece)  # fmt: skip
     for layer, attn in enumerate(maps):
         batch.layer(layer, attn)
     edges, rows, words = (table.split() for table in batch.tables())
@@ -187,6 +193,26 @@ def _word_rows(words: dict[str, np.ndarray], keys: Table) -> Table:
     return Table(columns, keys.counts)
 
 
+def _words_with_pieces(token_words: Sequence[Sequence[int | None]], n_words: Sequence[int]) -> list[np.ndarray] | None:
+    """Of each input's words that have word rows, those that keep them: the words with pieces, where two or more
+    have them; None where every word keeps its rows."""
+    kept = []
+    for tw, n in zip(token_words, n_words, strict=True):
+        has = np.zeros(n, dtype=np.bool_)
+        has[[w for w in tw if w is not None and w < n]] = True
+        kept.append(has if has.sum() >= 2 else np.zeros(n, dtype=np.bool_))
+    return None if all(k.all() for k in kept) else kept
+
+
+def _kept_rows(table: Table, kept: list[np.ndarray] | None, n_rows: int) -> Table:
+    """The word rows of the words ``kept`` (``_words_with_pieces``; ``n_rows``: layers times heads)."""
+    if kept is None:
+        return table
+    mask = np.concatenate([np.tile(k, n_rows) for k in kept])
+    counts = np.array([n_rows * int(k.sum()) for k in kept], dtype=table.counts.dtype)
+    return Table({name: c[mask] for name, c in table.columns.items()}, counts)
+
+
 def _single(attn: np.ndarray) -> list[torch.Tensor]:
     return [torch.from_numpy(np.ascontiguousarray(attn[layer]))[None] for layer in range(attn.shape[0])]
 
@@ -204,6 +230,8 @@ def sparsify(
     return edges, rows
 
 
-def word_rows(attn: np.ndarray, token_word: list[int | None], kept_mass: float | None) -> Columns:
+def word_rows(
+    attn: np.ndarray, token_word: list[int | None], kept_mass: float | None, first_piece: bool = False
+) -> Columns:
     """Word-level rows of one input's attention (``batch_rows`` on a batch of one)."""
-    return batch_rows(_single(attn), [attn.shape[-1]], [token_word], None, kept_mass)[0][2]
+    return batch_rows(_single(attn), [attn.shape[-1]], [token_word], None, kept_mass, first_piece=first_piece)[0][2]

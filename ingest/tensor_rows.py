@@ -34,7 +34,7 @@ class _Batch:
 
     def __init__(
         self, device: torch.device, n_max: int, lengths: Sequence[int], token_words: Sequence[Sequence[int | None]],
-        n_words: Sequence[int], masks: np.ndarray,
+        n_words: Sequence[int], masks: np.ndarray, first_piece: bool = False,
     ) -> None:  # fmt: skip
         self.lengths = list(lengths)
         self.w_max = w_max = max(n_words)
@@ -61,14 +61,22 @@ class _Batch:
         for b, pairs in enumerate(continuations):
             if pairs:
                 cont_tok[b, : len(pairs)], cont_word[b, : len(pairs)] = zip(*pairs, strict=True)
-        pieces[pieces == 0] = 1  # words past an input's own
+        real = np.arange(w_max) < np.array(n_words)[:, None]
+        pieceless = real & (pieces == 0)  # a word of the input without pieces of its own
+        pieces[pieces == 0] = 1  # those, and words past an input's own
+        self.first_piece = first_piece
         self.first, self.cont_tok, self.cont_word = (
             torch.from_numpy(a).to(device) for a in (first, cont_tok, cont_word)
         )
-        # [batch, words, words]: FROM a word the mean over its pieces; 0 where either word is past the input's own
-        real = np.arange(w_max) < np.array(n_words)[:, None]
-        scale = (real / pieces)[:, :, None] * real[:, None, :]
+        # [batch, words, words]: FROM a word the mean over its pieces (or its first piece's row); 0 where either word
+        # is past the input's own
+        scale = (real / (1 if first_piece else pieces))[:, :, None] * real[:, None, :]
         self.word_scale = torch.from_numpy(scale).to(device, torch.float32)
+        # -inf from and to a word without pieces: never a prediction (its own rows are filler, dropped later)
+        self.word_mask = None
+        if pieceless.any():
+            never = pieceless[:, :, None] | pieceless[:, None, :]
+            self.word_mask = torch.from_numpy(np.where(never, -np.inf, 0.0)).to(device, torch.float32)
         self.masks = torch.from_numpy(masks.astype(np.float32)).to(device)
 
 
@@ -90,7 +98,8 @@ class TensorRows:
         device = maps[0].device
         n_examples = len(spec.lengths)
         with torch.inference_mode():
-            batch = _Batch(device, spec.n_max, spec.lengths, spec.token_words, spec.n_words, spec.masks)
+            batch = _Batch(device, spec.n_max, spec.lengths, spec.token_words, spec.n_words, spec.masks,
+                           spec.first_piece)  # fmt: skip
             rule = (spec.kept_mass, spec.max_edges, spec.causal, spec.smoothing, spec.weight_step)
             done = [
                 _block_rows(maps, batch, start, stop, *rule)
@@ -189,13 +198,15 @@ def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> di
     if n_cont:
         extra = block.gather(-1, cont_tok[:, None, None, :].expand(examples, heads, n, n_cont))
         to_words.scatter_add_(-1, cont_word[:, None, None, :].expand(examples, heads, n, n_cont), extra)
-    # FROM a word: the mean over its pieces (rows)
+    # FROM a word: the mean over its pieces (rows), or its first piece's row
     words = to_words.gather(-2, first[:, None, :, None].expand(examples, heads, w + 1, w + 1))
-    if n_cont:
+    if n_cont and not batch.first_piece:
         extra = to_words.gather(-2, cont_tok[:, None, :, None].expand(examples, heads, n_cont, w + 1))
         words.scatter_add_(-2, cont_word[:, None, :, None].expand(examples, heads, n_cont, w + 1), extra)
     # words past an input's own are 0 (never above a real word's weight, and after every real word: never chosen)
     words = words[:, :, :w, :w] * batch.word_scale[start:stop, None]
+    if batch.word_mask is not None:
+        words += batch.word_mask[start:stop, None]
     words.diagonal(0, -2, -1).fill_(-torch.inf)  # never the word itself
     weight, best = words.max(dim=-1)  # the word each word attends to most (the first of equal weights)
     from_weight, attending = words.max(dim=-2)  # the word attending most to each word

@@ -32,6 +32,13 @@ segments); without, every pair in file order. The truncation draws come from the
 
 Words, POS tags and dependencies come from spaCy (the GLUE reader's annotation) over the whole paragraph,
 before the cut: a kept word whose head was cut off has no head and no relation.
+
+What the model reads (``text``, see ``ingest.align``): by default the paragraph as written, spaCy's words placed
+on it by their character offsets, a cut paragraph from its first kept word's first character to its last kept
+word's last; a word's pieces for the cut are those the first-character rule gives it. Where a cut parts two words
+that share a piece (written text only), the tokenizer splits their characters anew: while the two cut texts hold
+more pieces than the budget, the longer (the second on a tie) loses its last word. ``words``: the words joined by
+single spaces, as the released code's pre-tokenized input.
 """
 
 from __future__ import annotations
@@ -47,10 +54,10 @@ from typing import TYPE_CHECKING
 
 from transformers import PreTrainedTokenizerBase
 
-from atlas.errors import AtlasError
-from atlas.ingestion.align import align, align_texts
+from atlas.errors import AtlasError, arg
+from atlas.ingestion.align import align, align_texts, word_texts
 from atlas.ingestion.conllu import Sentence, Word
-from atlas.ingestion.glue_corpus import _nlp, _words
+from atlas.ingestion.glue_corpus import _nlp, _words, word_spans
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc
@@ -142,7 +149,7 @@ def read_pairs(path: Path, sample: int | None = None) -> list[Pair]:
     if not pairs:
         raise AtlasError(f"{path}:1: no article has two paragraphs to pair")
     if sample is not None and sample > len(pairs):
-        raise AtlasError(f"--sample {sample}: {path} holds only {len(pairs)} paragraph pairs")
+        raise AtlasError(f"{arg('sample', sample)}: {path} holds only {len(pairs)} paragraph pairs")
     return pairs
 
 
@@ -170,10 +177,40 @@ def truncate_pair(
     return range(*spans[0]), range(*spans[1])
 
 
-def _cut(words: list[Word], keep: range, paragraph: Paragraph) -> tuple[str, list[Word]]:
-    """The sentence id and the kept words, renumbered from 1, heads inside the cut remapped."""
-    whole = len(keep) == len(words)
-    sent_id = f"{paragraph.line}" if whole else f"{paragraph.line}:{keep[0] + 1}-{keep[-1] + 1}/{len(words)}"
+def _part(sentence: Sentence, keep: range) -> Sentence:
+    """The words ``keep`` of a paragraph and their text: from the first one's first character to the last one's
+    last (their ids and heads as they were)."""
+    assert sentence.text is not None and sentence.spans is not None
+    spans = sentence.spans[keep.start : keep.stop]
+    start = spans[0][0]
+    return replace(
+        sentence,
+        words=sentence.words[keep.start : keep.stop],
+        text=sentence.text[start : spans[-1][1]],
+        spans=[(a - start, b - start) for a, b in spans],
+    )
+
+
+def _fitted(
+    tokenizer: PreTrainedTokenizerBase, whole: list[Sentence], keep: tuple[range, range], budget: int, path: Path
+) -> tuple[range, range]:
+    """The cut of a pair as written, within ``budget`` pieces (see the module notes)."""
+    spans = [[k.start, k.stop] for k in keep]
+    while all(a < b for a, b in spans):
+        parts = [_part(s, range(*k)) for s, k in zip(whole, spans, strict=True)]
+        sizes = [len(a.pieces) for a in align(tokenizer, parts, path, "written")]
+        if sum(sizes) <= budget:
+            break
+        spans[0 if sizes[0] > sizes[1] else 1][1] -= 1
+    return range(*spans[0]), range(*spans[1])
+
+
+def _cut(whole: Sentence, keep: range, paragraph: Paragraph, index: int) -> Sentence:
+    """The kept words as a sentence: its id, the words renumbered from 1, heads inside the cut remapped, and their
+    text (``_part``)."""
+    words = whole.words
+    whole_kept = len(keep) == len(words)
+    sent_id = f"{paragraph.line}" if whole_kept else f"{paragraph.line}:{keep[0] + 1}-{keep[-1] + 1}/{len(words)}"
     out = []
     for word in words[keep.start : keep.stop]:
         inside = word.head is not None and (word.head == 0 or word.head - 1 in keep)
@@ -185,7 +222,8 @@ def _cut(words: list[Word], keep: range, paragraph: Paragraph) -> tuple[str, lis
                 deprel=word.deprel if inside else None,
             )
         )
-    return sent_id, out
+    part = _part(whole, keep)
+    return Sentence(index, sent_id, whole.doc_id, out[0].line, out, text=part.text, spans=part.spans)
 
 
 def _annotate(paragraph: Paragraph, doc: Doc) -> list[Word]:
@@ -197,9 +235,15 @@ def _annotate(paragraph: Paragraph, doc: Doc) -> list[Word]:
 
 
 def read_text(
-    path: Path, tokenizer: PreTrainedTokenizerBase, max_length: int, sample: int | None = None, seed: int = 0
+    path: Path,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    sample: int | None = None,
+    seed: int = 0,
+    text: str = "written",
 ) -> Iterator[Sentence]:
-    """Yield the two paragraphs of each input, cut to ``max_length`` pieces (see the module notes)."""
+    """Yield the two paragraphs of each input, cut to ``max_length`` pieces of the text the model reads in mode
+    ``text`` (``written`` or ``words``, ``ingest.align``; see the module notes)."""
     pairs = read_pairs(path, sample)
     rng = random.Random(seed)
     order = iter(rng.sample(range(len(pairs)), len(pairs)) if sample is not None else range(len(pairs)))
@@ -209,24 +253,28 @@ def read_text(
         docs = iter(_nlp().pipe([p.text for pair in block for p in (pair.a, pair.b)], batch_size=_BLOCK))
         for pair in block:
             paragraphs = (pair.a, pair.b)
-            words = [_annotate(p, next(docs)) for p in paragraphs]
-            whole = [Sentence(0, "", pair.doc_id, p.line, w) for p, w in zip(paragraphs, words, strict=True)]
-            aligned = align(tokenizer, whole, path)
+            annotated = [next(docs) for _ in paragraphs]
+            whole = [
+                Sentence(0, "", pair.doc_id, p.line, _annotate(p, doc), text=p.text, spans=word_spans(doc))
+                for p, doc in zip(paragraphs, annotated, strict=True)
+            ]
+            aligned = align(tokenizer, whole, path, text)
             counts = [[len(pieces) for pieces in s.word_pieces] for s in aligned]
             budget = max_length - tokenizer.num_special_tokens_to_add(pair=True)
             first = None
             if sum(map(sum, counts)) > budget:  # each word's pieces as a text's first word, where a cut puts it
-                alone = [[len(p) for p in align_texts(tokenizer, [[w] for w in s.words], path)] for s in whole]
+                alone = [[len(p) for p in align_texts(tokenizer, word_texts(s, text), path, text)] for s in whole]
                 first = (alone[0], alone[1])
             keep = truncate_pair(*counts, budget, rng, first)
+            if text == "written" and first is not None and all(keep):
+                keep = _fitted(tokenizer, whole, keep, budget, path)
             if not all(keep):
                 continue
-            for side, (p, w, k) in enumerate(zip(paragraphs, words, keep, strict=True)):
-                sent_id, kept = _cut(w, k, p)
-                yield Sentence(2 * taken + side, sent_id, pair.doc_id, kept[0].line, kept)
+            for side, (p, s, k) in enumerate(zip(paragraphs, whole, keep, strict=True)):
+                yield _cut(s, k, p, 2 * taken + side)
             taken += 1
     if sample is not None and taken < sample:
         raise AtlasError(
-            f"--sample {sample}: only {taken} of the {len(pairs)} paragraph pairs of {path} keep words of both "
-            f"paragraphs within --max-length {max_length}"
+            f"{arg('sample', sample)}: only {taken} of the {len(pairs)} paragraph pairs of {path} keep words of both "
+            f"paragraphs within {arg('max_length', max_length)}"
         )

@@ -14,11 +14,11 @@ WITH a AS (SELECT * FROM ablations WHERE metric = primary_metric AND kind IN ('h
 SELECT task, run_id AS model_run, method, metric,
        any_value(baseline) AS baseline,
        max(delta) FILTER (WHERE kind = 'head') AS best_head_gain,
-       arg_max(concat(layer + 1, '-', head + 1), delta) FILTER (WHERE kind = 'head') AS best_head,
+       arg_max(concat(layer + 1, '-', head + 1), (delta, -layer, -head)) FILTER (WHERE kind = 'head') AS best_head,
        avg(delta) FILTER (WHERE kind = 'head') AS mean_random_head_delta,
        avg((delta > 0)::INTEGER) FILTER (WHERE kind = 'head') AS share_heads_helping,
        max(delta) FILTER (WHERE kind = 'layer') AS best_layer_gain,
-       arg_max(layer + 1, delta) FILTER (WHERE kind = 'layer') AS best_layer,
+       arg_max(layer + 1, (delta, -layer)) FILTER (WHERE kind = 'layer') AS best_layer,
        min(delta) FILTER (WHERE kind = 'layer') AS worst_layer_delta,
        any_value(n_examples) AS n_examples
 FROM a

@@ -26,6 +26,9 @@
 --   run: run id (default: the latest run)
 --   threshold: a head (an input's head) is a sink when its mean attention to the first token exceeds it (default: 0.3)
 -- plot: heatmap first sink_rate
+-- labels:
+--   first: attention to the first token
+--   sink_rate: sink rate (share of inputs)
 
 WITH per_input AS (
     SELECT layer, head, example_id, avg(to_first) AS first

@@ -7,7 +7,10 @@
 --   attention to itself, [CLS] and [SEP] ignored). 'dependent -> head': the word a word attends to most is
 --   its head (word_rows.dst_word). 'head -> dependent': the word attending most to a word is its head (the
 --   transposed map, word_rows.from_word). A head never predicts ROOT; predictions range over every word of
---   the input (all its sentences with --pack pair/window); argmax ties go to the lowest word.
+--   the input (all its sentences with --pack pair/window); argmax ties go to the lowest word. A word
+--   without pieces of its own (text as written: 'not' of 'cannot' where the tokenizer keeps 'cannot'
+--   whole; words.n_toks = 0) has no word-level row and is never predicted: it counts in its relation's
+--   n as a word no head gets right.
 --   Possessive rule (poss_rule, the notebook's special case for 'poss', UD nmod:poss): a possessor whose
 --   own prediction is not the last word of the input and whose next word in its sentence is exactly 's
 --   or s' is scored by the prediction of that next word instead.
@@ -31,6 +34,11 @@
 --   poss_rule: true: score nmod:poss with the released code's possessive rule; false: plainly (default: true)
 --   direction: where the best head is looked for: both, dependent -> head, or head -> dependent (default: both)
 -- keys: relation
+-- plot: hbars relation accuracy baseline_accuracy best_head baseline_offset
+-- labels:
+--   accuracy: accuracy (%)
+--   best_head: best head (layer-head)
+--   baseline_offset: best fixed offset
 
 WITH sentence_words AS (
     SELECT
@@ -93,7 +101,7 @@ hits_by_group AS (
 hits AS (
     SELECT relation, layer, head, direction, sum(correct) AS correct FROM hits_by_group GROUP BY ALL
     UNION ALL
-    SELECT 'all', layer, head, direction, sum(correct) FROM hits_by_group GROUP BY ALL
+    SELECT 'all' AS relation, layer, head, direction, sum(correct) FROM hits_by_group GROUP BY ALL
     UNION ALL
     SELECT 'all (non-root)', layer, head, direction, sum(correct) FROM hits_by_group WHERE NOT is_root GROUP BY ALL
 ),
@@ -120,7 +128,7 @@ offset_by_group AS (
 offset_hits AS (
     SELECT relation, "offset", sum(correct) AS correct FROM offset_by_group GROUP BY ALL
     UNION ALL
-    SELECT 'all', "offset", sum(correct) FROM offset_by_group GROUP BY ALL
+    SELECT 'all' AS relation, "offset", sum(correct) FROM offset_by_group GROUP BY ALL
     UNION ALL
     SELECT 'all (non-root)', "offset", sum(correct) FROM offset_by_group WHERE NOT is_root GROUP BY ALL
 ),
@@ -136,12 +144,12 @@ SELECT
     concat(b.layer + 1, '-', b.head + 1) AS best_head,
     b.direction,
     coalesce(b.correct, 0)::BIGINT AS correct,
-    round(100.0 * coalesce(b.correct, 0) / k.n, 2) AS accuracy,
+    round(100 * coalesce(b.correct, 0) / k.n, 2) AS accuracy,
     CASE WHEN o."offset" > 0 THEN concat('+', o."offset") ELSE o."offset"::VARCHAR END AS baseline_offset,
-    round(100.0 * o.correct / k.n, 2) AS baseline_accuracy
+    round(100 * o.correct / k.n, 2) AS baseline_accuracy
 FROM kept k
 LEFT JOIN best_head b USING (relation)
 LEFT JOIN best_offset o USING (relation)
 WHERE CASE WHEN $direction IN ('both', 'dependent -> head', 'head -> dependent') THEN true
-      ELSE error(concat('--param direction=', $direction, ': expected both, dependent -> head or head -> dependent')) END
+      ELSE error('atlas: $direction: expected both, dependent -> head or head -> dependent') END
 ORDER BY k.relation <> 'all', k.relation <> 'all (non-root)', k.n DESC, k.relation

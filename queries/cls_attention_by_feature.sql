@@ -21,9 +21,12 @@
 -- notes: sep or eos token
 --   else: sep is empty
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
+-- labels:
+--   cls: [CLS]
+--   sep: [SEP]
 
 WITH dense AS (
-    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('run ''' || run_id || ''' is sparse (kept_mass '
+    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
         || kept_mass::VARCHAR || '): cls attention by feature reads single weights of the [CLS] row; '
         || 'ingest with --dense')
     END AS ok

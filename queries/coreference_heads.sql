@@ -13,7 +13,9 @@
 --   best on that run (e.g. a training split) is marked 'selected' and listed first, so a head chosen
 --   on one split is scored on another.
 --   [CLS] and [SEP] stand for any special token (tokens.special). A decoder (causal attention) answers
---   alike: a head word attends only to earlier words, where every antecedent lies.
+--   alike: a head word attends only to earlier words, where every antecedent lies. A head word without
+--   pieces of its own (text as written; words.n_toks = 0) has no word-level row: every head counts its
+--   mention as not predicted.
 -- parameters:
 --   run: run id (default: the latest run)
 --   select_run: run whose accuracies select the head; empty for the run itself (default: )
@@ -22,9 +24,16 @@
 --   (e.g. UD English GUM) with --pack window
 -- keys: predictor, layer, head
 -- plot: heatmap all_types pronoun proper nominal
+-- labels:
+--   all_types: all mentions
 
 WITH runs_used AS (
     SELECT $run AS run_id UNION SELECT coalesce(nullif($select_run, ''), $run)
+),
+heads AS (  -- every head of the runs
+    SELECT run_id, layer, unnest(range(n_heads))::TINYINT AS head
+    FROM (SELECT run_id, n_heads, unnest(range(n_layers))::TINYINT AS layer FROM runs
+          WHERE run_id IN (SELECT run_id FROM runs_used))
 ),
 m AS (
     SELECT m.run_id, m.example_id, m.mention_id, m.entity_id, m.first_word, m.head_word, m.mention_type,
@@ -63,9 +72,11 @@ predictions AS (
     FROM targets t JOIN nearest n USING (run_id, example_id, mention_id)
     LEFT JOIN same_head s USING (run_id, example_id, mention_id)
     UNION ALL
-    SELECT 'attention head', r.layer, r.head, t.run_id, t.example_id, t.mention_id, t.mention_type, r.dst_word
+    SELECT 'attention head', h.layer, h.head, t.run_id, t.example_id, t.mention_id, t.mention_type, r.dst_word
     FROM targets t
-    JOIN word_rows r ON r.run_id = t.run_id AND r.example_id = t.example_id AND r.src_word = t.head_word
+    JOIN heads h ON h.run_id = t.run_id
+    LEFT JOIN word_rows r ON r.run_id = t.run_id AND r.example_id = t.example_id AND r.src_word = t.head_word
+        AND r.layer = h.layer AND r.head = h.head
 ),
 scored AS (
     SELECT p.*, g.word IS NOT NULL AS correct
@@ -84,7 +95,7 @@ SELECT
     predictor,
     layer + 1 AS layer,
     head + 1 AS head,
-    (layer, head) IN (SELECT (layer, head) FROM selected) AS selected,
+    coalesce(layer = (SELECT layer FROM selected) AND head = (SELECT head FROM selected), false) AS selected,
     100 * avg(correct::INTEGER) AS all_types,
     100 * avg(correct::INTEGER) FILTER (WHERE mention_type = 'pronoun') AS pronoun,
     100 * avg(correct::INTEGER) FILTER (WHERE mention_type = 'proper') AS proper,
@@ -96,4 +107,4 @@ SELECT
 FROM scored
 WHERE run_id = $run
 GROUP BY predictor, layer, head
-ORDER BY predictor = 'attention head', selected DESC, all_types DESC, layer, head
+ORDER BY predictor = 'attention head', selected DESC, all_types DESC, layer, head, predictor

@@ -19,6 +19,9 @@
 -- notes: cls or bos token
 --   else: cls_entropy is empty
 -- plot: layers entropy cls_entropy
+-- labels:
+--   entropy: every token's attention
+--   cls_entropy: [CLS]'s attention
 
 WITH per_input AS (
     SELECT r.layer, r.head, r.example_id,

@@ -24,6 +24,9 @@
 --   run: run id (default: the latest run)
 -- needs: roles stored
 -- plot: heatmap cls sep noun verb pronoun subject object negation
+-- labels:
+--   cls: [CLS]
+--   sep: [SEP]
 
 WITH w AS (SELECT * FROM words WHERE run_id = $run),
 negation AS (  -- the listed words, and both words of a listed contraction

@@ -15,10 +15,12 @@
 --   max_examples: inputs to average over (default: 1000)
 --   seed: seed of the sample of inputs (default: 0)
 -- plot: heatmap cosine
+-- labels:
+--   cosine: cosine similarity, base and tuned
 
 WITH dense AS (
     SELECT CASE WHEN count(*) FILTER (WHERE kept_mass IS NOT NULL) = 0 THEN true
-        ELSE error('run ''' || string_agg(run_id, ''', ''') FILTER (WHERE kept_mass IS NOT NULL)
+        ELSE error('atlas: run ''' || string_agg(run_id, ''', ''') FILTER (WHERE kept_mass IS NOT NULL)
             || ''' is sparse: fine-tuning change compares whole attention maps; ingest with --dense')
     END AS ok
     FROM runs WHERE run_id IN ($base, $tuned)

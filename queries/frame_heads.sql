@@ -17,12 +17,15 @@
 -- needs: SELECT count(*) FROM frames WHERE run_id = $run
 --   else: run {run} has no FrameNet frames: ingest FrameNet exemplars with --format framenet
 -- plot: heatmap score
+-- labels:
+--   score: attention, target and core elements
 
 WITH checked AS (  -- the run's row; raises for a sparse run or an unknown pairs value
     SELECT CASE
-        WHEN kept_mass IS NOT NULL THEN error('run ''' || run_id || ''' is sparse (kept_mass ' || kept_mass::VARCHAR
-            || '): frame heads reads single attention weights (target/element pairs); ingest with --dense')
-        WHEN $pairs NOT IN ('all', 'zip') THEN error('--param pairs=' || $pairs || ': all or zip')
+        WHEN kept_mass IS NOT NULL THEN error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
+            || kept_mass::VARCHAR || '): frame heads reads single attention weights (target/element pairs); '
+            || 'ingest with --dense')
+        WHEN $pairs NOT IN ('all', 'zip') THEN error('atlas: $pairs: expected all or zip')
     END AS failed
     FROM runs WHERE run_id = $run
 ),

@@ -16,5 +16,7 @@ SELECT task,
        metric, value, metric = primary_metric AS headline, n_train, epochs, learning_rate, n_examples AS n_dev,
        model, run_id AS model_run
 FROM task_models
-ORDER BY task, list_position(['pretrained, not fine-tuned', 'random + fine-tuned', 'pretrained + fine-tuned'],
-                             model_kind), metric
+ORDER BY task,
+         CASE model_kind WHEN 'pretrained, not fine-tuned' THEN 1 WHEN 'random + fine-tuned' THEN 2
+             WHEN 'pretrained + fine-tuned' THEN 3 END,
+         metric

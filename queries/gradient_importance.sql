@@ -13,6 +13,9 @@
 -- needs: SELECT count(*) FROM attention_gradients
 --   else: no attention gradients in the store: run 'atlas grads' first
 -- plot: curve layer mean_abs_grad target
+-- labels:
+--   mean_abs_grad: mean |gradient of the loss|
+--   target: attention to
 
 SELECT run_id AS model_run,
        CASE WHEN loss = 'mlm' THEN 'masked-LM loss, as Clark et al.'
@@ -20,4 +23,4 @@ SELECT run_id AS model_run,
        layer + 1 AS layer, target, mean_abs_grad, n_weights
 FROM attention_gradients
 WHERE run_id = coalesce(nullif($model_run, ''), (SELECT min(run_id) FROM attention_gradients))
-ORDER BY layer, list_position(['sep', 'dot_comma', 'other'], target)
+ORDER BY layer, CASE target WHEN 'sep' THEN 1 WHEN 'dot_comma' THEN 2 WHEN 'other' THEN 3 END

@@ -13,12 +13,16 @@
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
 -- plot: heatmap delta value
+-- labels:
+--   delta: metric change (head disabled)
+--   value: metric with the head disabled
 
 WITH chosen AS (
-    SELECT run_id FROM ablations
-    WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
-      AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
-    ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = ablations.run_id) DESC NULLS LAST, run_id
+    SELECT s.run_id FROM ablations s
+    LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
+    WHERE upper(s.task) = upper($task) AND s.method = $method AND s.kind = 'head'
+      AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
+    ORDER BY t.created_at DESC NULLS LAST, s.run_id
     LIMIT 1
 )
 SELECT a.task, a.run_id AS model_run, a.layer + 1 AS layer, a.head + 1 AS head, a.metric,

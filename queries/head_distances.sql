@@ -27,7 +27,7 @@ WITH scores AS (
 ),
 others AS (
     SELECT layer_a AS layer, head_a AS head,
-           arg_min(concat(layer_b + 1, '-', head_b + 1), js) AS closest_head,
+           arg_min(concat(layer_b + 1, '-', head_b + 1), (js, layer_b, head_b)) AS closest_head,
            min(js) AS closest_js,
            avg(js) FILTER (WHERE layer_b = layer_a) AS mean_js_same_layer,
            avg(js) FILTER (WHERE layer_b <> layer_a) AS mean_js_other_layers

@@ -12,12 +12,15 @@
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
 --   else: no head importance in the store: run 'atlas importance' first
 -- plot: heatmap importance_normalised importance
+-- labels:
+--   importance_normalised: importance (normalised per layer)
 
 WITH chosen AS (
     SELECT s.run_id FROM head_scores s
+    LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
     WHERE s.analysis = 'head importance' AND upper(split_part(s.run_id, '__', 1)) = upper($task)
       AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
-    ORDER BY (SELECT max(created_at) FROM task_models t WHERE t.run_id = s.run_id) DESC NULLS LAST, s.run_id
+    ORDER BY t.created_at DESC NULLS LAST, s.run_id
     LIMIT 1
 )
 SELECT run_id AS model_run, layer + 1 AS layer, head + 1 AS head,

@@ -13,6 +13,8 @@
 -- needs: SELECT count(*) FROM patterns
 --   else: no attention patterns in the store: run 'atlas patterns --run RUN' first
 -- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
+-- labels:
+--   vertical_diagonal: vertical + diagonal
 
 SELECT p.run_id, p.method, any_value(r.corpus) AS corpus, any_value(r.model) AS model,
        concat_ws(' ', any_value(r.corpus), regexp_extract(any_value(r.model), '[^/]+$'), p.method) AS label,

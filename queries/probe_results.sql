@@ -38,5 +38,6 @@ FROM probes p
 JOIN runs e ON e.run_id = p.run_id
 JOIN runs t ON t.run_id = p.train_run_id
 ORDER BY e.model, e.random_init, train_corpus, eval_corpus,
-         list_position(['right-branching', 'left-branching', 'distances+glove', 'attn-only', 'attn+glove'], p.probe),
+         CASE p.probe WHEN 'right-branching' THEN 1 WHEN 'left-branching' THEN 2 WHEN 'distances+glove' THEN 3
+             WHEN 'attn-only' THEN 4 WHEN 'attn+glove' THEN 5 END,
          p.glove

@@ -12,6 +12,9 @@
 -- needs: SELECT count(*) FROM head_scores WHERE run_id = $run AND analysis = 'attention probe'
 --   else: no probe was trained on run {run}: run 'atlas probe --train {run} --eval RUN' first
 -- plot: heatmap dep_to_head head_to_dep
+-- labels:
+--   dep_to_head: dependent → head
+--   head_to_dep: head → dependent
 
 SELECT layer + 1 AS layer, head + 1 AS head,
        max(value) FILTER (WHERE metric = 'weight_dep_to_head') AS dep_to_head,

@@ -12,6 +12,9 @@
 -- needs: SELECT count(*) FROM ablations WHERE kind = 'pruned'
 --   else: no pruning results in the store: run 'atlas importance' first
 -- plot: curve pruned_share value task
+-- labels:
+--   pruned_share: heads pruned (%)
+--   value: dev-set metric
 
 WITH a AS (
     SELECT * FROM ablations
@@ -24,8 +27,8 @@ FROM a
 WHERE kind = 'pruned'
 UNION ALL
 SELECT task, run_id, kind, NULL, layer + 1,
-       arg_max(concat(layer + 1, '-', head + 1), value), max(value),
-       min(value), arg_min(concat(layer + 1, '-', head + 1), value),
+       arg_max(concat(layer + 1, '-', head + 1), (value, -head)), max(value),
+       min(value), arg_min(concat(layer + 1, '-', head + 1), (value, head)),
        metric, any_value(baseline), max(value) - any_value(baseline), any_value(n_examples)
 FROM a
 WHERE kind = 'all_but_one'

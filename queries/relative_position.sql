@@ -14,6 +14,10 @@
 --   run: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)
 -- plot: heatmap prev next self
+-- labels:
+--   prev: previous token
+--   next: next token
+--   self: the token itself
 
 WITH per_input AS (
     SELECT layer, head, example_id,

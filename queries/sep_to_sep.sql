@@ -27,6 +27,9 @@
 --   else: run {run} has no two-segment inputs, so every input has one [SEP] (the paper's inputs are
 --   [CLS] a [SEP] b [SEP]: ingest with --pack pair)
 -- plot: layers sep_sep rest_sep
+-- labels:
+--   sep_sep: [SEP] → [SEP]
+--   rest_sep: other tokens → [SEP]
 
 WITH seps AS (
     SELECT example_id, tok_idx, count(*) OVER (PARTITION BY example_id) AS n_seps

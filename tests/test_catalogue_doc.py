@@ -119,6 +119,10 @@ MALFORMED = {
     "empty need": ("-- notes:\n", 6, "'notes:' names no need"),
     "second plot": ("-- plot: heatmap a\n-- plot: layers b\n", 7, "a second 'plot:' line (the first is line 6)"),
     "parameter line": ("--   no colon here\n", 6, "a parameter is written '--   name: description"),
+    "label of no column": ("-- plot: heatmap a\n-- labels:\n--   b: bee\n", 8, "'b' is labelled but not a column"),
+    "label without words": ("-- plot: heatmap a\n-- labels:\n--   a:\n", 8, "a label is written '--   column: words'"),
+    "labels on one line": ("-- plot: heatmap a\n-- labels: a: eh\n", 7, "labels are listed below 'labels:'"),
+    "two labels": ("-- plot: heatmap a\n-- labels:\n--   a: eh\n--   a: ah\n", 9, "a second label of 'a'"),
 }
 
 
@@ -144,3 +148,18 @@ def test_a_well_formed_header_reads_needs_notes_and_keys(tmp_path):
     assert entry.needs[0].message == "run {run} lacks pairs" and entry.needs[0].fatal
     assert entry.needs[1].message == SHARED["sep or eos token"].message + ": sep is empty"
     assert not entry.needs[1].fatal and entry.keys == ("relation", "layer")
+
+
+def test_a_figure_names_its_columns_as_the_header_says(tmp_path):
+    path = tmp_path / "demo.sql"
+    path.write_text(HEADER + "-- plot: layers dot_comma sep_sep\n-- labels:\n--   dot_comma: '.' or ','\nSELECT 1\n")
+    entry = parse_entry(path)
+    assert entry.labels == (("dot_comma", "'.' or ','"),)
+    assert (entry.label("dot_comma"), entry.label("sep_sep"), entry.label("dot_comma@run")) == (
+        "'.' or ','",
+        "sep sep",
+        "'.' or ','",
+    )
+    text = render()
+    best = text[text.index("## best head per dependency relation") :]
+    assert "**Figure:** `hbars`" in best.split("## ")[1] and "'best head (layer-head)'" in best.split("## ")[1]

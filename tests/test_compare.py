@@ -111,7 +111,7 @@ def test_bad_comparisons_are_refused_in_one_line(runs):
             st.query("glue baselines", runs=[real, random])
         with pytest.raises(AtlasError, match="two or more different runs"):
             st.query("entropy", runs=[real, real])
-        with pytest.raises(AtlasError, match="--compare 'nope': no such run"):
+        with pytest.raises(AtlasError, match="runs='nope': no such run"):
             st.query("entropy", runs=[real, "nope"])
 
 

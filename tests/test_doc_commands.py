@@ -65,7 +65,8 @@ def check(args: list[str]) -> None:
     command = cli.get_command(click.Context(cli), name)
     assert command is not None, f"no command 'atlas {name}'"
     try:
-        command.make_context(name, list(rest), parent=click.Context(cli, info_name="atlas"))  # click consumes it
+        parent = click.Context(cli, info_name="atlas", **cli.context_settings)
+        command.make_context(name, list(rest), parent=parent)  # a copy: click consumes the list
     except click.BadParameter as exc:
         given = [a for a in rest if PLACEHOLDER.match(a)]
         if not any(a in exc.message or a in (exc.format_message() or "") for a in given):

@@ -247,7 +247,7 @@ def test_frame_heads_equal_the_released_procedure(framenet_run, model):
 def test_frame_heads_refuses_a_sparse_run_and_unknown_pairs(framenet_run, model, tmp_path):
     store, run = framenet_run
     entry = resolve("frame heads")
-    with pytest.raises(AtlasError, match=r"--param pairs=first: all or zip"):
+    with pytest.raises(AtlasError, match=r"pairs=first: expected all or zip"):
         run_entry(store.connect(), entry, entry.bind({"run": run, "pairs": "first"}))
     sparse = Store(tmp_path / "sparse")
     sparse_run = ingest(check_corpus(LU, "framenet"), sparse, model, Settings(), progress=False).run_id

@@ -205,7 +205,7 @@ def test_ingest_on_an_explicit_cpu_is_the_same_run(tmp_path, model):
         result = CliRunner().invoke(
             cli, ["ingest", "--corpus", str(corpus), "--device", "cuda", "--store", str(tmp_path / "x")]
         )
-        assert result.exit_code == 1 and "--device cuda: torch sees no CUDA device" in result.output
+        assert result.exit_code == 1 and "--device 'cuda': torch sees no CUDA device" in result.output
         assert not (tmp_path / "x").exists()
 
 

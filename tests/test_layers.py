@@ -55,6 +55,8 @@ LAYERS = {
         "atlas.compare",
         "atlas.prerequisites",
         "atlas.maps",
+        "atlas.spark",
+        "atlas.spark.*",
     ],
     "model and corpus readers": [
         "atlas.model",
@@ -66,6 +68,7 @@ LAYERS = {
         "atlas.ingestion.glue_corpus",
         "atlas.ingestion.glue_tsv",
         "atlas.ingestion.text_corpus",
+        "atlas.ingestion.repeated",
         "atlas.ingestion.align",
         "atlas.ingestion.template",
         "atlas.errors",

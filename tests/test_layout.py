@@ -3,8 +3,9 @@
 For each family's kind of tokenizer (``tests/tokenizers_helpers.py``: WordPiece, byte-level BPE, SentencePiece
 Unigram and BPE, with BERT's, RoBERTa's, GPT-2's and Llama's templates) and each packing mode, every input of
 the UD samples is compared with what the tokenizer itself gives for the same text (the words joined by
-spaces; a pair as its two texts): ids, token type ids, where special tokens stand, and the word of each piece
-(found here from the character offsets independently of ``ingest.align``).
+spaces, text mode ``words``; a pair as its two texts): ids, token type ids, where special tokens stand, and the
+word of each piece (found here from the character offsets independently of ``ingest.align``). Text as written
+is tested in ``tests/test_text_as_written.py``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def sentences(n_ewt: int = 60) -> list[Sentence]:
 
 
 def examples(tok: PreTrainedTokenizerFast, pack: str, decoder: bool, max_length: int = 96) -> tuple[Inputs, list]:
-    inputs = Inputs.of(tok, decoder, EWT_SAMPLE)
-    aligned = align(tok, sentences(), EWT_SAMPLE)
+    inputs = Inputs.of(tok, decoder, EWT_SAMPLE, "words")
+    aligned = align(tok, sentences(), EWT_SAMPLE, "words")
     return inputs, list(group_examples(aligned, pack, max_length, inputs))
 
 
@@ -197,21 +198,21 @@ def test_a_piece_across_two_words_is_an_error_naming_the_line() -> None:
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]")
     words = [Word(i + 1, f, None, None, None, None, None, None, None, 10 + i) for i, f in enumerate(["New", "York"])]
     with pytest.raises(AtlasError, match=r"^corpus.conllu:10: .*'New York'.*cannot be aligned"):
-        align(tok, [Sentence(0, "s1", None, 10, words)], "corpus.conllu")
+        align(tok, [Sentence(0, "s1", None, 10, words)], "corpus.conllu", "words")
 
 
 def test_a_word_without_pieces() -> None:
-    """It gets the unknown token; a tokenizer without one is an error naming the line."""
+    """Text mode ``words``: it gets the unknown token; a tokenizer without one is an error naming the line."""
     words = [Word(i + 1, f, None, None, None, None, None, None, None, 5 + i) for i, f in enumerate(["big", "\x07"])]
     sentence = Sentence(0, "s1", None, 5, words)
     bert = bert_wordpiece()
-    (aligned,) = align(bert, [sentence], "c.conllu")
+    (aligned,) = align(bert, [sentence], "c.conllu", "words")
     assert aligned.word_pieces[1] == [bert.unk_token_id]
     backend = Tokenizer(models.WordLevel({"big": 0}))
     backend.normalizer = normalizers.Replace("\x07", "")
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     with pytest.raises(AtlasError, match=r"^c.conllu:6: .*no piece"):
-        align(PreTrainedTokenizerFast(tokenizer_object=backend), [sentence], "c.conllu")
+        align(PreTrainedTokenizerFast(tokenizer_object=backend), [sentence], "c.conllu", "words")
 
 
 def test_windows_are_tokenized_as_one_text() -> None:

@@ -38,5 +38,5 @@ def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
 
 @pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model", "no/such/model"])
 def test_a_missing_local_folder_is_named_as_such(name):
-    with pytest.raises(AtlasError, match=f"^--model '{name}': no such model directory$"):
+    with pytest.raises(AtlasError, match=f"^model='{name}': no such model directory$"):
         load_model(name)

@@ -1,6 +1,8 @@
 """Figures stay readable: many panels wrap into rows, an entry about some layers draws only those, colour
 bars say what they show, the entropy figure has the uniform baseline; PNG, PDF or SVG by the suffix. Figures
-comparing runs: bars side by side with their differences, MDS maps side by side; other kinds refused."""
+comparing runs: bars side by side with their differences, MDS maps side by side; other kinds refused. Every
+entry's figure keeps its texts inside it and names its columns in words, not as snake_case names; the headline
+entry draws each relation's best head beside its best fixed offset."""
 
 from __future__ import annotations
 
@@ -10,9 +12,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import polars as pl
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.text import Text
 from PIL import Image
 
-from atlas.catalogue import Entry
+from atlas.catalogue import Entry, entries, resolve
 from atlas.compare import compare
 from atlas.errors import AtlasError
 from atlas.plot import _grid, _layers, figure, plot
@@ -99,3 +104,111 @@ def test_comparisons_of_other_figure_kinds_are_refused():
     frames = {run: _heads(2, 2, ["value"]) for run in "ab"}
     with pytest.raises(AtlasError, match=r"its figure \(curve\) has no comparison of runs"):
         figure(entry, compare(entry, frames), "demo", runs=["a", "b"])
+
+
+# every entry's figure: words a reader of the papers knows, nothing cut at the figure's edges
+
+HEADLINE = "best head per dependency relation"
+RUN = "en_ewt-ud-dev__all-MiniLM-L6-v2__2e92dcd994"
+RELATIONS = ["all", "all (non-root)", "nsubj", "obj", "det", "case", "amod", "advmod", "nmod:poss", "compound:prt"]
+
+
+def _answer(entry: Entry) -> pl.DataFrame:
+    """A made-up answer with the columns the entry's figure draws."""
+    kind, *columns = entry.plot
+    rng = np.random.default_rng(1)
+    if kind in ("heatmap", "layers"):
+        return _heads(6, 12, columns).with_columns(uniform_entropy=pl.lit(3.2))
+    if kind == "mds":
+        x, y, cluster = columns
+        return _heads(6, 12, [x, y]).with_columns(pl.Series(cluster, rng.integers(0, 6, 72)))
+    if kind == "bars":
+        x, y, baseline = columns
+        return pl.DataFrame({x: range(1, 13), y: rng.random(12), baseline: [0.8] * 12, "metric": ["accuracy"] * 12})
+    if kind == "curve":
+        x, y, group = columns
+        xs = [5 * i / 100 if x.endswith("share") else i for i in range(1, 21)]
+        return pl.DataFrame({x: xs * 2, y: rng.random(40), group: ["SST-2"] * 20 + ["MRPC"] * 20})
+    if kind == "stacked":
+        label, *shares = columns
+        labels = [f"en_ewt-ud-dev.conllu all-MiniLM-L6-v2 rule {i}" for i in range(3)]
+        return pl.DataFrame({label: labels, "layer": [None] * 3, **{s: rng.random(3) * 20 for s in shares}})
+    if kind == "hbars":
+        label, value, baseline, *tags = columns
+        n = len(RELATIONS)
+        frame = {label: RELATIONS, value: rng.random(n) * 100, baseline: rng.random(n) * 100}
+        return pl.DataFrame({**frame, **dict(zip(tags, (["8-11"] * n, ["+1"] * n), strict=False))})
+    raise AssertionError(f"no made-up answer for a '{kind}' figure")
+
+
+def _drawn_outside(fig: Figure) -> list[str]:
+    """The texts of the figure drawn wholly or partly outside it (tick labels included)."""
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    box = fig.bbox
+    ticks = {id(t) for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for t in axis.get_ticklabels(which="both")}
+    outside = []
+    for text in fig.findobj(Text):
+        if not (text.get_visible() and text.get_text()) or (text.axes is not None and not text.axes.get_visible()):
+            continue
+        if id(text) in ticks:
+            continue  # a tick label: in the figure's tight box below, which holds only the ticks drawn
+        extent = text.get_window_extent(renderer)
+        if extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1 or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1:
+            outside.append(text.get_text())
+    tight = fig.get_tightbbox(renderer)  # inches
+    width, height = fig.get_size_inches()
+    if tight.x0 < -0.01 or tight.y0 < -0.01 or tight.x1 > width + 0.01 or tight.y1 > height + 0.01:
+        outside.append(f"the figure's content spans {tight.bounds}, the figure {width} x {height}")
+    return outside
+
+
+def _words(fig: Figure) -> list[str]:
+    """The titles, axis labels, colour bar labels and legend texts of a figure."""
+    words = [fig.get_suptitle(), fig.get_supxlabel()]
+    for ax in fig.axes:
+        words += [ax.get_title(), ax.get_xlabel(), ax.get_ylabel()]
+        if (legend := ax.get_legend()) is not None:
+            words += [legend.get_title().get_text(), *(t.get_text() for t in legend.get_texts())]
+    return [w for w in words if w]
+
+
+@pytest.mark.parametrize("name", [e.name for e in entries() if e.plot])
+def test_every_figure_fits_and_speaks_words(name):
+    entry = resolve(name)
+    df = _answer(entry)
+    source = f"{entry.name} ({entry.paper}); run {RUN} (model sentence-transformers/all-MiniLM-L6-v2, corpus c.conllu)"
+    fig = figure(entry, df, source)
+    assert _drawn_outside(fig) == [], name
+    raw = {c for c in df.columns if "_" in c}
+    assert not raw & set(_words(fig)), (name, raw & set(_words(fig)))
+    assert source.split(";")[0].split(" (")[0] in fig.get_suptitle().replace("\n", " ")
+
+
+def test_pattern_shares_title_is_whole():
+    entry = resolve("pattern shares")
+    source = f"{entry.name} ({entry.paper}); every run in the store"
+    fig = figure(entry, _answer(entry), source)
+    assert fig.get_suptitle().replace("\n", " ") == source and _drawn_outside(fig) == []
+    legend = fig.axes[0].get_legend()
+    assert "vertical + diagonal" in [t.get_text() for t in legend.get_texts()]
+
+
+def test_the_headline_entry_draws_each_relation_beside_its_baseline(tmp_path):
+    entry = resolve(HEADLINE)
+    df = _answer(entry).with_columns(best_head=pl.Series([f"{i % 6 + 1}-{i + 1}" for i in range(len(RELATIONS))]))
+    fig = figure(entry, df, f"{HEADLINE} ({entry.paper})")
+    (ax,) = fig.axes
+    heads, baselines = ax.containers
+    assert [p.get_width() for p in heads] == pytest.approx(df["accuracy"].to_list())
+    assert [p.get_width() for p in baselines] == pytest.approx(df["baseline_accuracy"].to_list())
+    assert all(p.get_height() < 0.5 for p in (*heads, *baselines))  # two bars side by side per relation
+    assert [t.get_text() for t in ax.get_yticklabels()] == RELATIONS
+    tags = {t.get_text() for t in ax.texts}
+    assert set(df["best_head"]) | {"+1"} <= tags  # the best head as layer-head, the offset as +1
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]  # 'all' on top, as the table lists it
+    assert {t.get_text() for t in ax.get_legend().get_texts()} == {"best head (layer-head)", "best fixed offset"}
+    assert "accuracy" in ax.get_xlabel() and _drawn_outside(fig) == []
+    plot(entry, df, tmp_path / "best.png")
+    assert Image.open(tmp_path / "best.png").size[1] > Image.open(tmp_path / "best.png").size[0] / 2

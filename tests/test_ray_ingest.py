@@ -220,15 +220,15 @@ def test_a_worker_that_does_not_see_the_staging_folder_refuses_to_write(ray_loca
 
 def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
     for kwargs, wanted in [
-        ({"workers": 2}, "--workers: sets up the Ray workers; add --engine ray"),
-        ({"ray_address": "auto"}, "--ray-address: sets up the Ray workers"),
-        ({"engine": "spark"}, "--engine 'spark': expected one of local, ray"),
-        ({"engine": "ray", "workers": 0}, "--workers 0: expected 1 or more"),
-        ({"engine": "ray", "gpus_per_worker": -1}, "--gpus-per-worker -1: expected 0 or more"),
-        ({"engine": "ray", "device": "cuda"}, "--device cuda: a Ray worker sees only the GPUs it claims"),
-        ({"engine": "ray", "device": "cpu", "gpus_per_worker": 1}, "--gpus-per-worker 1: claims GPUs that"),
-        ({"engine": "ray", "device": "tpu"}, "--device 'tpu': expected one of auto, cpu, cuda, mps"),
-        ({"device": "gpu"}, "--device 'gpu': expected one of auto, cpu, cuda, mps"),
+        ({"workers": 2}, "workers: sets up the Ray workers; add engine='ray' or leave workers out"),
+        ({"ray_address": "auto"}, "ray_address: sets up the Ray workers"),
+        ({"engine": "spark"}, "engine='spark': expected one of local, ray"),
+        ({"engine": "ray", "workers": 0}, "workers=0: expected 1 or more"),
+        ({"engine": "ray", "gpus_per_worker": -1}, "gpus_per_worker=-1: expected 0 or more"),
+        ({"engine": "ray", "device": "cuda"}, "device='cuda': a Ray worker sees only the GPUs it claims"),
+        ({"engine": "ray", "device": "cpu", "gpus_per_worker": 1}, "gpus_per_worker=1: claims GPUs that device='cpu'"),
+        ({"engine": "ray", "device": "tpu"}, "device='tpu': expected one of auto, cpu, cuda, mps"),
+        ({"device": "gpu"}, "device='gpu': expected one of auto, cpu, cuda, mps"),
     ]:
         with pytest.raises(AtlasError, match=wanted.replace("(", r"\(")):
             api.ingest(corpus, store=tmp_path / "store", **kwargs)

@@ -106,7 +106,7 @@ def test_the_config_cache_is_keyed_by_the_config_file(tmp_path, config_cache):
 def test_a_rerun_with_an_option_the_corpus_check_refuses_is_refused(tmp_path):
     corpus, store = _corpus(tmp_path, "conllu"), tmp_path / "store"
     api.ingest(corpus, store=store, progress=False)
-    with pytest.raises(AtlasError, match="--sample: only a --format text corpus is sampled"):
+    with pytest.raises(AtlasError, match="sample: only a format='text' corpus is sampled"):
         api.ingest(corpus, store=store, sample=1, progress=False)
 
 

@@ -241,8 +241,8 @@ def test_long_inputs_rank_by_integer_keys_alike(monkeypatch):
 def test_device_names():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type in ("cpu", "cuda", "mps")
-    with pytest.raises(AtlasError, match="--device 'tpu': expected one of auto, cpu, cuda, mps"):
+    with pytest.raises(AtlasError, match="device='tpu': expected one of auto, cpu, cuda, mps"):
         resolve_device("tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(AtlasError, match="--device cuda: torch sees no CUDA device"):
+        with pytest.raises(AtlasError, match="device='cuda': torch sees no CUDA device"):
             resolve_device("cuda")

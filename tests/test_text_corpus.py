@@ -184,11 +184,11 @@ def test_errors_name_the_file_and_line(tmp_path, content, where, message):
 
 
 def test_sample_and_format_errors(tmp_path):
-    with pytest.raises(AtlasError, match=r"--sample 39: .* holds only 38 paragraph pairs"):
+    with pytest.raises(AtlasError, match=r"sample=39: .* holds only 38 paragraph pairs"):
         check_corpus(SAMPLE, "text", sample=39)
     with pytest.raises(AtlasError, match="no such file"):
         check_corpus(tmp_path / "missing.txt", "text")
-    with pytest.raises(AtlasError, match="--sample: only a --format text"):
+    with pytest.raises(AtlasError, match="sample: only a format='text'"):
         check_corpus(SAMPLE, "conllu", sample=3)
 
 
@@ -203,7 +203,7 @@ def test_store_unchanged_when_the_reader_fails_during_ingest(tmp_path, model):
     before = listing(store.root)
     # passes the check, but at --max-length 5 the long word leaves nothing of the first paragraph
     bad = write(tmp_path, " = T = \n incomprehensibilities \n a \n")
-    with pytest.raises(AtlasError, match="--sample 1: only 0 of the 1 paragraph pairs"):
+    with pytest.raises(AtlasError, match="sample=1: only 0 of the 1 paragraph pairs"):
         ingest(check_corpus(bad, "text", sample=1), store, model, Settings(max_length=5, pack="pair"), progress=False)
     assert listing(store.root) == before
     fresh = Store(tmp_path / "fresh")

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.capture import recording
 from atlas.model.load import LoadedModel
 
@@ -60,7 +60,9 @@ def stream_attention(
         nonlocal captured
         probs = probs.float()
         if future is not None and probs.masked_select(future).any():
-            raise AtlasError(f"--model '{lm.name}': a decoder gave weight to a future token (causal mask not applied)")
+            raise AtlasError(
+                f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
+            )
         each_layer(captured, probs)
         captured += 1
         if captured == lm.n_layers:
@@ -72,7 +74,7 @@ def stream_attention(
     except _AllCaptured:
         return
     raise AtlasError(
-        f"--model '{lm.name}': attention captured for {captured} of {lm.n_layers} layers; "
+        f"{arg('model', repr(lm.name))}: attention captured for {captured} of {lm.n_layers} layers; "
         "this architecture does not route attention through transformers' AttentionInterface"
     )
 

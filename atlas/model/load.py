@@ -14,7 +14,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.capture import CAPTURE, check_family, prepare
 from atlas.model.identity import DEFAULT_MODEL, config_hash, default_model_path, weights_hash
 from atlas.model.kinds import is_decoder
@@ -52,15 +52,16 @@ def load_model(
     """
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
+    given = arg("model", repr(shown))
     # a hub id is NAME or ORG/NAME; a path starts with '.', '/' or '~', or has more parts
     looks_local = source.startswith((".", os.sep, "~")) or source.count(os.sep) > 1 or Path(source).exists()
     if looks_local and not Path(source).is_dir():
-        raise AtlasError(f"--model '{shown}': no such model directory")
+        raise AtlasError(f"{given}: no such model directory")
     if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
         source = str(Path(source).expanduser().resolve())
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False, **config_overrides)
-        check_family(config, f"--model '{shown}'")
+        check_family(config, given)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         torch.manual_seed(seed)
         if random_init:
@@ -80,9 +81,9 @@ def load_model(
             model_hash = weights_hash(source)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise AtlasError(f"--model '{shown}': cannot load it ({first})") from None
+        raise AtlasError(f"{given}: cannot load it ({first})") from None
     if not tokenizer.is_fast:
-        raise AtlasError(f"--model '{shown}': a fast tokenizer is required")
+        raise AtlasError(f"{given}: a fast tokenizer is required")
     prepare(model)
     model.eval()
     return LoadedModel(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.catalogue import Entry, entries
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.plot import figure
 from atlas.report.explorer import chosen_examples, run_payload
 from atlas.report.page import Block, Section, esc, fields, page, png, table
@@ -41,12 +41,13 @@ class Report:
 
 def check_out(out: Path) -> None:
     """Refuse a report file atlas cannot write, before any work."""
+    given = arg("out", repr(str(out)))
     if out.suffix.lower() not in SUFFIXES:
-        raise AtlasError(f"--out '{out}': the report is an HTML file; name it .html")
+        raise AtlasError(f"{given}: the report is an HTML file; name it .html")
     if out.is_dir():
-        raise AtlasError(f"--out '{out}': is a folder; name a file")
+        raise AtlasError(f"{given}: is a folder; name a file")
     if not out.parent.is_dir():
-        raise AtlasError(f"--out '{out}': the folder '{out.parent}' does not exist")
+        raise AtlasError(f"{given}: the folder '{out.parent}' does not exist")
 
 
 def write_report(
@@ -57,11 +58,11 @@ def write_report(
     out = Path(out)
     check_out(out)
     if examples < 0:
-        raise AtlasError(f"--examples {examples}: expected 0 or more")
+        raise AtlasError(f"{arg('examples', examples)}: expected 0 or more")
     run_id = st.run_id(run)
-    compare_id = st.run_id(compare, "--compare") if compare is not None else None
+    compare_id = st.run_id(compare, "compare") if compare is not None else None
     if compare_id == run_id:
-        raise AtlasError(f"--compare '{compare}': is the run reported on; name another run")
+        raise AtlasError(f"{arg('compare', repr(compare))}: is the run reported on; name another run")
     runs = [run_id] + ([compare_id] if compare_id else [])
     con = st.connection
     meta = [con.execute("SELECT * FROM runs WHERE run_id = ?", [r]).pl() for r in runs]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.intervene import Intervention
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
 
@@ -29,7 +29,7 @@ def sweep(
 ) -> tuple[dict[str, float], list[dict]]:
     """Baseline metrics and one row per disabled head (kind 'head') and per disabled layer ('layer')."""
     if not heads and not layers:
-        raise AtlasError("ablate: --no-heads and --no-layers leave nothing to disable")
+        raise AtlasError(f"ablate: {arg('heads=False')} and {arg('layers=False')} leave nothing to disable")
     n_layers, n_heads = tm.lm.n_layers, tm.lm.n_heads
     plan: list[dict] = []
     for layer in range(n_layers):

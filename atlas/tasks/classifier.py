@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from transformers import AutoModelForSequenceClassification
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.glue_tsv import Examples, TaskSpec
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import LoadedModel, load_model
@@ -43,7 +43,7 @@ def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False,
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise AtlasError(f"{Path(name) / TASK_FILE}: not valid JSON ({exc})") from None
         if info.get("task") != spec.name:
-            raise AtlasError(f"--model '{name}': a checkpoint for {info.get('task')}, not {spec.name}")
+            raise AtlasError(f"{arg('model', repr(str(name)))}: a checkpoint for {info.get('task')}, not {spec.name}")
     overrides: dict[str, object] = {"num_labels": spec.n_labels}
     if spec.labels is None:
         overrides["problem_type"] = "regression"
@@ -51,7 +51,9 @@ def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False,
         name, random_init=random_init, seed=seed, auto_class=AutoModelForSequenceClassification, **overrides
     )
     if lm.decoder:  # its tokenizer pads with no token, its classifier reads the last one: not these papers' setting
-        raise AtlasError(f"--model '{lm.name}': a decoder (causal LM); the GLUE task commands take an encoder")
+        raise AtlasError(
+            f"{arg('model', repr(lm.name))}: a decoder (causal LM); the GLUE task commands take an encoder"
+        )
     return TaskModel(lm, spec, info)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.ingestion.glue_tsv import Examples
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.publish import publish, recover, staging
@@ -126,13 +126,14 @@ def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress:
 
 
 def check_out(out: Path) -> None:
-    """Refuse an --out folder that would lose data: only a new, empty or checkpoint folder is replaced (after
+    """Refuse an ``out`` folder that would lose data: only a new, empty or checkpoint folder is replaced (after
     a killed save is undone or finished)."""
+    given = arg("out", repr(str(out)))
     if not out.resolve().name:
-        raise AtlasError(f"--out '{out}': not a folder name")
+        raise AtlasError(f"{given}: not a folder name")
     recover(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / TASK_FILE).is_file())):
-        raise AtlasError(f"--out '{out}': exists and is not a checkpoint of 'atlas finetune'; choose a new folder")
+        raise AtlasError(f"{given}: exists and is not a checkpoint of 'atlas finetune'; choose a new folder")
 
 
 def save(tm: TaskModel, out: Path, info: dict) -> None:

@@ -18,7 +18,7 @@ import torch
 from safetensors import safe_open
 from transformers.utils import cached_file
 
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.model.intervene import Intervention, intervening
 from atlas.store import Store
 
@@ -164,8 +164,8 @@ def mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int) -> tup
     lm = load_model(model, auto_class=AutoModelForMaskedLM)
     if not has_mlm_head(lm.source) or lm.tokenizer.mask_token_id is None:
         raise AtlasError(
-            f"--model '{lm.name}': no masked-LM head for Clark et al.'s MLM loss; "
-            "for a fine-tuned model's task loss instead, give --task and --data"
+            f"{arg('model', repr(lm.name))}: no masked-LM head for Clark et al.'s MLM loss; "
+            f"for a fine-tuned model's task loss instead, give {arg('task')} and {arg('data')}"
         )
 
     def loss_of(m, inputs, labels):

@@ -1,0 +1,248 @@
+"""The catalogue on a SparkSession: the store's tables as temporary views, an entry's parameters bound and
+checked as on DuckDB (``Entry.bind``, the latest run by default, run ids known, the header's needs and notes),
+its Spark SQL run with Spark's named parameter markers, its refusals said in one line.
+
+pyspark is imported only when one of these runs (``pip install 'attention-atlas[spark]'``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import polars as pl
+
+from atlas.catalogue import Entry, resolve
+from atlas.errors import AtlasError, arg
+from atlas.spark.sql import entry_sql, translate
+from atlas.spark.tables import columns, files, schema_ddl
+from atlas.store import table_schemas
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+INSTALL = "pip install 'attention-atlas[spark]'"
+# the parameters holding a run id (as atlas.api.RUN_PARAMS): of an ingested run (runs), or of any run with results
+RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
+LATEST_SQL = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1"  # as Store.latest_run
+_REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL, raise_error on Spark
+# Spark's message: '[ERROR_CLASS] text SQLSTATE: P0001', on the first line or, raised in a task, a later one
+_SPARK_ERROR = re.compile(r"\[([A-Z][A-Z_]*(?:\.[A-Z_]+)*)\] (.*?)(?: SQLSTATE: \w+)?;?$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class SparkAnswer:
+    """An entry's answer on Spark (computed when collected), with the line naming the entry and its runs, and
+    the notes said beside it."""
+
+    entry: Entry
+    frame: DataFrame
+    title: str
+    notes: tuple[str, ...]
+    params: dict[str, object]  # the entry's parameters, bound
+
+    def collect(self) -> pl.DataFrame:
+        """The answer as a Polars frame (through Arrow); an error of the entry's SQL as one line."""
+        return collect(self.entry, self.frame, self.params)
+
+
+def require_pyspark() -> None:
+    """Raise the one-line error saying how to install pyspark, where it is missing."""
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        raise AtlasError(f"{arg('engine', repr('spark'))}: pyspark is not installed ({INSTALL})") from None
+
+
+def store_uri(store: str | os.PathLike[str]) -> str:
+    """The store as Spark names it: a URI as given (s3a://, hdfs://, file:), a local path as an absolute file://
+    URI (so that a cluster whose default file system is HDFS reads the local, or mounted, folder)."""
+    text = os.fspath(store)
+    return text.rstrip("/") if "://" in text or text.startswith("file:") else f"file://{Path(text).absolute()}"
+
+
+def session(master: str = "local[2]") -> SparkSession:
+    """The SparkSession of this process, else a new one on ``master``, which logs nothing (an entry's refusal is
+    said in one line, not logged with Spark's trace) and draws no progress bars."""
+    require_pyspark()
+    from pyspark.logger import PySparkLogger
+    from pyspark.sql import SparkSession
+
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        return running
+    builder = SparkSession.builder.master(master).appName("attention-atlas")
+    with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
+        warnings.simplefilter("ignore", FutureWarning)
+        spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("OFF")
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+    return spark
+
+
+def register(spark: SparkSession, store: str | os.PathLike[str]) -> list[str]:
+    """Register every table of the store as a temporary view of ``spark``, as the store's DuckDB views give it:
+    the declared columns (NULL in files written before a column existed), those of older runs derived. Returns
+    the table names. The views list the files now: runs published later are seen by registering again."""
+    require_pyspark()
+    from pyspark.errors import AnalysisException
+
+    root = store_uri(store)
+    for name in table_schemas():
+        try:
+            frame = spark.read.schema(schema_ddl(name)).parquet(files(root, name))
+        except AnalysisException as exc:
+            if "PATH_NOT_FOUND" not in str(exc):
+                raise
+            if name == "runs":
+                raise AtlasError(f"{_named(store)}: no store here (no data/*/runs/*.parquet)") from None
+            frame = spark.createDataFrame([], schema_ddl(name))  # a store written before its .schema files
+        frame.selectExpr(*columns(name)).createOrReplaceTempView(name)
+    return list(table_schemas())
+
+
+def answer(
+    spark: SparkSession, store: str | os.PathLike[str], name: str, /, run: str | None = None, **params: object
+) -> SparkAnswer:
+    """The catalogue entry named by ``name`` (a name, an alias or close words) on Spark over the store, its
+    parameters bound and checked as on DuckDB (``run``: default the latest run) and its needs met; the frame is
+    computed when collected."""
+    from pyspark.errors import PySparkException
+
+    entry = resolve(name)
+    register(spark, store)
+    values = {key: _parameter_text(value) for key, value in params.items()}
+    takes = {p.name for p in entry.parameters}
+    if run is not None and "run" not in takes:
+        listed = ", ".join(sorted(takes)) or "none"
+        raise AtlasError(f"{arg('run')}: '{entry.name}' takes no run (parameters: {listed})")
+    if "run" in takes:
+        values["run"] = run or values.get("run") or _latest_run(spark, store)
+    for key, value in values.items():
+        if key in RUN_PARAMS and key in takes and value:
+            _check_run(spark, store, value, key, RUN_PARAMS[key])
+    bound = entry.bind(values)
+    notes = _check_needs(spark, entry, bound)
+    used = [f"{key} {_run_line(spark, str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
+    title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
+    sql = entry_sql(entry)
+    try:
+        frame = spark.sql(sql.text, args=sql.args(bound))
+    except PySparkException as exc:
+        raise AtlasError(_said(entry, _messages(exc), bound)) from None
+    return SparkAnswer(entry, frame, title, tuple(notes), bound)
+
+
+def query(
+    spark: SparkSession, store: str | os.PathLike[str], name: str, /, run: str | None = None, **params: object
+) -> DataFrame:
+    """The answer of a catalogue entry as a Spark DataFrame (see ``answer``; the notes are not said)."""
+    return answer(spark, store, name, run, **params).frame
+
+
+def collect(entry: Entry, frame: DataFrame, params: dict[str, object]) -> pl.DataFrame:
+    """A Spark answer as a Polars frame; the entry's refusal (``raise_error('atlas: ...')``) or Spark's error as
+    one line, as on DuckDB."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        with warnings.catch_warnings():  # as in session()
+            warnings.simplefilter("ignore", FutureWarning)
+            return pl.from_arrow(frame.toArrow())
+    except (PySparkException, Py4JJavaError) as exc:
+        raise AtlasError(_said(entry, _messages(exc), params)) from None
+
+
+def _messages(exc: Exception) -> list[str]:
+    """The error's message and those of the Java exceptions behind it (causes, and the failures Spark gathers
+    as suppressed exceptions: a task's ``raise_error`` is one of them)."""
+    found = [str(exc)]
+    stack = [getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)]
+    while stack and len(found) < 64:
+        java = stack.pop(0)
+        if java is None:
+            continue
+        found.append(str(java.getMessage() or ""))
+        stack += [java.getCause(), *java.getSuppressed()]
+    return found
+
+
+def _named(store: str | os.PathLike[str]) -> str:
+    return arg("store", repr(os.fspath(store)))
+
+
+def _parameter_text(value: object) -> str:
+    """A Python value as --param NAME=VALUE gives it (True -> 'true', None -> '')."""
+    if value is None:
+        return ""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _first(spark: SparkSession, sql: str, **args: object) -> tuple | None:
+    rows = spark.sql(sql, args=args).take(1)
+    return tuple(rows[0]) if rows else None
+
+
+def _latest_run(spark: SparkSession, store: str | os.PathLike[str]) -> str:
+    row = _first(spark, LATEST_SQL)
+    if row is None:
+        raise AtlasError(f"{_named(store)}: the store holds no run yet")
+    return row[0]
+
+
+def _check_run(spark: SparkSession, store: str | os.PathLike[str], run: str, param: str, kind: str) -> None:
+    """``run`` is an ingested run (kind 'runs') or, kind 'any', a run with rows in any table."""
+    for table in ["runs"] if kind == "runs" else list(table_schemas()):
+        if _first(spark, f"SELECT 1 FROM {table} WHERE run_id = :run", run=run):
+            return
+    named = arg(param, repr(run), query=param != "run")
+    raise AtlasError(f"{named}: no such run in {os.fspath(store)} (see 'atlas runs')")
+
+
+def _run_line(spark: SparkSession, run_id: str) -> str:
+    """The run and what it ran, as the DuckDB engine's title says it."""
+    row = _first(spark, "SELECT model, corpus FROM runs WHERE run_id = :run", run=run_id)
+    if row is not None:
+        return f"{run_id} (model {row[0]}, corpus {row[1]})"
+    row = _first(spark, "SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = :run", run=run_id)
+    return f"{run_id} ({row[0]} model from {row[1]})" if row and row[0] else run_id
+
+
+def _check_needs(spark: SparkSession, entry: Entry, bound: dict[str, object]) -> list[str]:
+    """As ``atlas.prerequisites.check``: raise for an unmet need, return the notes."""
+    notes = []
+    for need in entry.needs:
+        sql = translate(need.sql, f"{entry.path.name}: a need")
+        row = _first(spark, sql.text, **sql.args(bound))
+        if row and (row[0] or 0) > 0:
+            continue
+        message = need.message.format(**bound)
+        if need.fatal:
+            raise AtlasError(message)
+        notes.append(f"note: {message}")
+    return notes
+
+
+def _said(entry: Entry, messages: list[str], params: dict[str, object]) -> str:
+    """The line for an error of the entry's Spark SQL (``messages``: Spark's, outermost first): its own refusal,
+    each ``$name`` in it the parameter and its value; or Spark's first message without its class, after the
+    entry's name."""
+    said = [found.group(2) for text in messages for found in _SPARK_ERROR.finditer(text)]
+    refusals = [text for text in said if text.startswith(_REFUSAL)]
+    first = messages[0].strip().splitlines() or ["Spark failed"]
+    text = (refusals or said or first)[0]
+    if not text.startswith(_REFUSAL):
+        return f"'{entry.name}': {text}"
+
+    def parameter(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return arg(name, params[name], query=True) if name in params else match.group(0)
+
+    return re.sub(r"\$(\w+)", parameter, text.removeprefix(_REFUSAL))

@@ -1,0 +1,123 @@
+"""``--format repeated``: repeated random tokens, the standard probe for induction heads (Olsson et al. 2022).
+
+N token ids are drawn uniformly, with replacement, from the model's vocabulary (every id the tokenizer knows,
+its special tokens left out), then repeated once: 2N tokens; K such sequences, each one input, laid out in the
+tokenizer's own template (``ingest.template``), so that a tokenizer that puts a BOS first (Llama's
+``<s>``/``<|begin_of_text|>``, the sample decoder's ``<bos>``) puts it first here too, and GPT-2's adds none.
+TransformerLens's main demo (``demos/Main_Demo.ipynb``, the induction-score cells) draws 10 sequences of 50
+ids (``torch.randint(1000, 10000, (10, 50))``, no BOS): the defaults are N = 50 and K = 10.
+
+No corpus file: the sequences are drawn with ``numpy.random.default_rng(seed)`` from the tokenizer's vocabulary
+(ids in order, the special ones left out), so the same N, K, seed and tokenizer give the same tokens. The corpus
+is named by its settings, ``repeated(N=50,K=10,seed=0)`` (``runs.corpus``), and its sha256 is that of the name.
+The pieces are the drawn ids themselves, never a text tokenized again (a random WordPiece or byte-level BPE id
+need not come back from its own text). Each token is a word of its own: its form the text the tokenizer decodes
+it to, no annotation; the sentence id and line of sequence k (0-based) are k + 1.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from atlas.errors import AtlasError, arg
+from atlas.ingestion.conllu import Sentence, Word
+from atlas.ingestion.corpus_info import CorpusInfo
+
+if TYPE_CHECKING:  # light to import: a finished run is found by its settings without loading transformers
+    from transformers import PreTrainedTokenizerBase
+
+    from atlas.ingestion.align import AlignedSentence
+
+LENGTH = 50  # N: tokens drawn per sequence (TransformerLens's main demo: seq_len = 50)
+COUNT = 10  # K: sequences (TransformerLens's main demo: batch_size = 10)
+_NAME = re.compile(r"repeated\(N=(\d+),K=(\d+),seed=(-?\d+)\)")
+
+
+@dataclass(frozen=True)
+class Repeated:
+    """The settings of a repeated-token corpus: N tokens drawn per sequence, K sequences, the draw's seed."""
+
+    length: int = LENGTH
+    count: int = COUNT
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        """How runs.corpus names it: ``repeated(N=50,K=10,seed=0)``."""
+        return f"repeated(N={self.length},K={self.count},seed={self.seed})"
+
+    @property
+    def stem(self) -> str:
+        """The start of its runs' ids, with no character a shell reads: ``repeated-N50-K10-seed0``."""
+        return f"repeated-N{self.length}-K{self.count}-seed{self.seed}"
+
+    @classmethod
+    def parse(cls, name: str) -> Repeated:
+        """The settings a corpus name gives (``name``'s inverse)."""
+        match = _NAME.fullmatch(name)
+        if match is None:
+            raise AtlasError(f"'{name}': not a repeated-token corpus (repeated(N=..,K=..,seed=..))")
+        length, count, seed = (int(g) for g in match.groups())
+        return cls(length, count, seed)
+
+    def check(self) -> None:
+        if self.length < 1:
+            raise AtlasError(f"{arg('length', self.length)}: expected 1 or more tokens to repeat")
+        if self.count < 1:
+            raise AtlasError(f"{arg('count', self.count)}: expected 1 or more sequences")
+
+    def info(self) -> CorpusInfo:
+        """The corpus as a run records it: its name as its path, the sha256 of its name."""
+        self.check()
+        return CorpusInfo(Path(self.name), hashlib.sha256(self.name.encode()).hexdigest(), self.count, "repeated")
+
+
+def vocabulary(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
+    """The ids a draw takes from: every id of the tokenizer's vocabulary but its special tokens'."""
+    special = set(tokenizer.all_special_ids)
+    special |= {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    ids = np.array([i for i in range(len(tokenizer)) if i not in special], dtype=np.int64)
+    if ids.size == 0:
+        raise AtlasError(
+            f"{arg('format', repr('repeated'))}: the model's tokenizer has no id that is not a special token"
+        )
+    return ids
+
+
+def draw(settings: Repeated, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
+    """The K x 2N token ids: each row N ids drawn uniformly (with replacement), then the same N again."""
+    ids = vocabulary(tokenizer)
+    rng = np.random.default_rng(settings.seed)
+    half = ids[rng.integers(0, ids.size, size=(settings.count, settings.length))]
+    return np.concatenate([half, half], axis=1)
+
+
+def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Iterator[AlignedSentence]:
+    """The corpus's sequences as aligned sentences, one word per token; refused when 2N tokens and the
+    template's special tokens exceed ``max_length``."""
+    from atlas.ingestion.align import AlignedSentence, Pieces
+    from atlas.ingestion.template import read_template
+
+    settings = Repeated.parse(corpus.path.name)
+    n_special = read_template(tokenizer, decoder=False).n_special(1)
+    if 2 * settings.length + n_special > max_length:
+        raise AtlasError(
+            f"{arg('length', settings.length)}: 2 x {settings.length} tokens and the template's {n_special} special "
+            f"token(s) exceed the longest input, {arg('max_length', max_length)}"
+        )
+    for k, row in enumerate(draw(settings, tokenizer).tolist()):
+        texts = [tokenizer.decode([i]) for i in row]
+        words = [
+            Word(id=t + 1, form=text, lemma=None, upos=None, xpos=None, feats=None, head=None, deprel=None, misc=None,
+                 line=k + 1)
+            for t, text in enumerate(texts)
+        ]  # fmt: skip
+        sentence = Sentence(index=k, sent_id=str(k + 1), doc_id=None, line=k + 1, words=words)
+        yield AlignedSentence(sentence, Pieces([[i] for i in row], [[text] for text in texts]))

@@ -1,0 +1,242 @@
+"""Each surface names a parameter in its own words: the Python API's errors as its parameters (``kept_mass=2:``),
+the command line's as its options (``--kept-mass 2:``); see ``atlas.errors``."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import atlas
+from atlas.api_tasks import ablate
+from atlas.cli import FLAGS, cli
+from atlas.errors import AtlasError
+from atlas.ingestion.conllu import write_first_sentences
+from atlas.store import Store
+from atlas.tasks.ablate import sweep
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli_line(*args: str) -> str:
+    """The one line the command line prints for a user error."""
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    return line
+
+
+def api_error(call, *args, **kwargs) -> AtlasError:
+    with pytest.raises(AtlasError) as raised:
+        call(*args, **kwargs)
+    return raised.value
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    sample = ROOT / "samples" / "ud" / "en_ewt-ud-dev-sample.conllu"
+    return write_first_sentences(sample, 3, tmp_path_factory.mktemp("words") / "three.conllu")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, corpus) -> tuple[Path, str]:
+    """A store with one run."""
+    root = tmp_path_factory.mktemp("words") / "store"
+    return root, atlas.ingest(corpus, store=root, progress=False).run_id
+
+
+def test_a_number_out_of_range(corpus, tmp_path):
+    store = tmp_path / "store"
+    error = api_error(atlas.ingest, corpus, kept_mass=2, store=store, progress=False)
+    assert str(error).startswith("kept_mass=2: ")
+    line = cli_line("ingest", "--corpus", str(corpus), "--kept-mass", "2", "--store", str(store))
+    assert line.startswith("Error: --kept-mass 2: ")
+    assert line == f"Error: {error.cli_text(FLAGS)}" and not store.exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "args", "api_words", "cli_words"),
+    [
+        (
+            {"kept_mass": 0.5, "dense": True},
+            ["--kept-mass", "0.5", "--dense"],
+            "kept_mass: dense keeps every weight; give one of dense and kept_mass",
+            "--kept-mass: --dense keeps every weight; give one of --dense and --kept-mass",
+        ),
+        (
+            {"max_edges": 3, "dense": True},
+            ["--max-edges", "3", "--dense"],
+            "max_edges: dense keeps every weight",
+            "--max-edges: --dense keeps every weight",
+        ),
+        (
+            {"workers": 2},
+            ["--workers", "2"],
+            "workers: sets up the Ray workers; add engine='ray' or leave workers out",
+            "--workers: sets up the Ray workers; add --engine 'ray' or leave --workers out",
+        ),
+        (
+            {"gpus_per_worker": 1},
+            ["--gpus-per-worker", "1"],
+            "gpus_per_worker: sets up the Ray workers; add engine='ray' or leave gpus_per_worker out",
+            "--gpus-per-worker: sets up the Ray workers; add --engine 'ray' or leave --gpus-per-worker out",
+        ),
+        (
+            {"seed": 3},
+            ["--seed", "3"],
+            "seed: seeds random_init's weights; without random_init the model is the same",
+            "--seed: seeds --random-init's weights; without --random-init the model is the same",
+        ),
+        (
+            {"task": "SST-2"},
+            ["--task", "SST-2"],
+            "task: names the GLUE task of a format='glue' file; add format='glue' or leave task out",
+            "--task: names the GLUE task of a --format 'glue' file; add --format 'glue' or leave --task out",
+        ),
+        (
+            {"format": "text", "pack": "window"},
+            ["--format", "text", "--pack", "window"],
+            "pack: a text file is read as paragraph pairs; leave pack out",
+            "--pack: a text file is read as paragraph pairs; leave --pack out",
+        ),
+        (
+            {"sample": 2},
+            ["--sample", "2"],
+            "sample: only a format='text' corpus is sampled",
+            "--sample: only a --format 'text' corpus is sampled",
+        ),
+    ],
+)
+def test_ingest_options(corpus, tmp_path, kwargs, args, api_words, cli_words):
+    store = tmp_path / "store"
+    error = api_error(atlas.ingest, corpus, store=store, progress=False, **kwargs)
+    assert str(error).startswith(api_words) and "--" not in str(error)
+    line = cli_line("ingest", "--corpus", str(corpus), *args, "--store", str(store))
+    assert line.startswith(f"Error: {cli_words}") and line == f"Error: {error.cli_text(FLAGS)}"
+
+
+def test_a_folder_as_corpus(tmp_path):
+    error = api_error(atlas.ingest, tmp_path, store=tmp_path / "store", progress=False)
+    assert str(error) == f"corpus='{tmp_path}': is a folder; name the corpus file"
+    line = cli_line("ingest", "--corpus", str(tmp_path), "--store", str(tmp_path / "store"))
+    assert line == f"Error: --corpus '{tmp_path}': is a folder; name the corpus file"
+
+
+def test_no_store_here(tmp_path):
+    missing = tmp_path / "none"
+    error = api_error(atlas.open, missing)
+    assert str(error).startswith(f"store='{missing}': no store here")
+    assert cli_line("runs", "--store", str(missing)).startswith(f"Error: --store '{missing}': no store here")
+
+
+def test_runs_named_as_given(run, tmp_path):
+    root, run_id = run
+    with atlas.open(root) as st:
+        assert str(api_error(st.query, "entropy", run="nope")).startswith("run='nope': no such run")
+        assert str(api_error(st.query, "entropy", runs=[run_id, "nope"])).startswith("runs='nope': no such run")
+        assert str(api_error(st.query, "entropy", runs=["nope", run_id])).startswith("runs[0]='nope': no such run")
+        assert str(api_error(st.query, "entropy", runs=[run_id])).startswith("runs: name two or more")
+        error = api_error(st.query, "coreference heads", select_run="nope")
+        assert str(error).startswith("select_run='nope': no such run")
+        assert str(api_error(st.query, "glue baselines", run=run_id)).startswith("run: 'glue baselines' takes no run")
+        report = api_error(st.report, tmp_path / "r.html", run=run_id, compare=run_id)
+        assert str(report) == f"compare='{run_id}': is the run reported on; name another run"
+        out = api_error(st.report, tmp_path / "r.txt")
+        assert str(out) == f"out='{tmp_path / 'r.txt'}': the report is an HTML file; name it .html"
+    query = ("query", "entropy", "--store", str(root))
+    assert cli_line(*query, "--run", "nope").startswith("Error: --run 'nope': no such run")
+    assert cli_line(*query, "--compare", "nope").startswith("Error: --compare 'nope': no such run")
+    assert cli_line(*query, "--run", "nope", "--compare", run_id).startswith("Error: --run 'nope': no such run")
+    line = cli_line("query", "coreference heads", "--store", str(root), "--param", "select_run=nope")
+    assert line.startswith("Error: --param select_run='nope': no such run")
+    assert cli_line(*query, "--param", "nope") == "Error: --param 'nope': expected NAME=VALUE"
+    line = cli_line("report", "--out", str(tmp_path / "r.html"), "--compare", run_id, "--store", str(root))
+    assert line == f"Error: --compare '{run_id}': is the run reported on; name another run"
+    line = cli_line("report", "--out", str(tmp_path / "r.txt"), "--store", str(root))
+    assert line == f"Error: --out '{tmp_path / 'r.txt'}': the report is an HTML file; name it .html"
+
+
+def test_probe_runs(run):
+    root, run_id = run
+    with atlas.open(root) as st:
+        error = api_error(st.probe, run_id, "nope", progress=False)
+        assert str(error).startswith("eval_run='nope': no such run")
+        assert str(api_error(st.probe, "nope", run_id, progress=False)).startswith("train_run='nope': no such run")
+    probe = ("probe", "--store", str(root), "--quiet")
+    line = cli_line(*probe, "--train", run_id, "--eval", "nope")
+    assert line.startswith("Error: --eval 'nope': no such run") and line == f"Error: {error.cli_text(FLAGS)}"
+    assert cli_line(*probe, "--train", "nope", "--eval", run_id).startswith("Error: --train 'nope': no such run")
+
+
+def test_flags_that_turn_a_parameter_off():
+    error = api_error(sweep, None, [], "uniform", heads=False, layers=False)
+    assert str(error) == "ablate: heads=False and layers=False leave nothing to disable"
+    assert error.cli_text(FLAGS) == "ablate: --no-heads and --no-layers leave nothing to disable"
+    assert str(api_error(ablate, "m", "RTE", "d", method="zero")).startswith("method='zero': expected one of")
+
+
+# the messages raised in these files still say the command line's options (converted apart)
+CLI_WORDED = {"catalogue.py", "compare.py", "plot.py", "output.py", "catalogue_doc.py"}
+COMMAND = re.compile(r"'atlas [^']*'")  # a command to run, quoted: 'atlas runs --unfinished'
+FLAG = re.compile(r"(?<![\w-])--[a-z]")
+
+
+def _sources() -> list[Path]:
+    files = {p.resolve() for folder in ("atlas", "ingest") for p in (ROOT / folder).rglob("*.py")}
+    return sorted(files | {(ROOT / "cli.py").resolve()})
+
+
+def _text(node: ast.expr) -> str | None:
+    """A literal message as written ('{}' for each formatted value), None for anything else."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+    return None
+
+
+def test_no_error_message_names_a_cli_option():
+    """A message names a parameter with ``arg``, never as a literal option: neither at its start nor in its body
+    (a quoted 'atlas ...' command may hold options)."""
+    found = []
+    for path in _sources():
+        if path.name in CLI_WORDED:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args):
+                continue
+            text = _text(node.exc.args[0])
+            if text is not None and (text.startswith("--") or FLAG.search(COMMAND.sub("", text))):
+                found.append(f"{path.relative_to(ROOT.resolve())}:{node.lineno}: {text}")
+    assert not found, "\n".join(found)
+
+
+def test_no_message_helper_takes_an_option():
+    """Nothing outside the command line's own modules holds an option as a string to build a message with (a
+    parameter default such as option='--run', an argument such as f"--model '{name}'")."""
+    found = []
+    for path in _sources():
+        if path.name == "cli.py" or path.name.startswith("cli_") or path.name in CLI_WORDED | {"errors.py"}:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            text = _text(node) if isinstance(node, ast.expr) and id(node) not in docstrings else None
+            if text is not None and FLAG.match(text):
+                found.append(f"{path.relative_to(ROOT.resolve())}:{node.lineno}: {text}")
+    assert not found, "\n".join(found)
+
+
+def test_a_store_names_itself_as_the_parameter(tmp_path):
+    store = Store(tmp_path / "s")
+    error = AtlasError(f"{store.named}: x")
+    assert str(error) == f"store='{store.root}': x" and error.cli_text(FLAGS) == f"--store '{store.root}': x"
