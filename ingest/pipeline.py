@@ -30,7 +30,7 @@ import transformers
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.corpus import CorpusInfo, read_aligned, sha256_of
+from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
@@ -404,7 +404,7 @@ def _stage_and_publish(
                 totals = stage(corpus, lm, run_id, settings, staging, progress)
             finally:
                 database.result()
-        if sha256_of(corpus.path) != corpus.sha256:
+        if changed(corpus):  # a drawn corpus (--format repeated) has no file
             shutil.rmtree(staging)
             raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
     except KeyboardInterrupt:
