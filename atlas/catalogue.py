@@ -74,7 +74,7 @@ _SQL = re.compile(r"(SELECT|WITH)\b", re.IGNORECASE)
 _DEFAULT = re.compile(r"\(default: ([^)]*)\)\s*$")
 _STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "at", "from", "with", "vs"}
 _STOP |= {"what", "which", "how", "does", "do", "is", "are", "it", "its", "much", "many"}
-_REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL
+REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL (raise_error on Spark)
 _ENGINE_CLASS = re.compile(r"(?:[A-Za-z]+ )+Error: ")  # DuckDB's 'Binder Error: ', 'Invalid Input Error: ', ...
 
 
@@ -370,12 +370,17 @@ def _said(entry: Entry, exc: duckdb.Error, params: dict[str, object]) -> str:
     the parameter and its value; or the engine's first line without its class, after the entry's name."""
     lines = str(exc).strip().splitlines() or [type(exc).__name__]
     engine = _ENGINE_CLASS.match(lines[0])
-    text = lines[0][engine.end() :] if engine else lines[0]
-    if not text.startswith(_REFUSAL):
+    return refusal_line(entry, lines[0][engine.end() :] if engine else lines[0], params)
+
+
+def refusal_line(entry: Entry, text: str, params: dict[str, object]) -> str:
+    """An engine's error text as one line: the entry's own refusal (``atlas: ...``), each ``$name`` in it the
+    parameter and its value; or the engine's text after the entry's name."""
+    if not text.startswith(REFUSAL):
         return f"'{entry.name}': {text}"
 
     def parameter(match: re.Match[str]) -> str:
         name = match.group(1)
         return arg(name, params[name], query=True) if name in params else match.group(0)
 
-    return re.sub(r"\$(\w+)", parameter, text.removeprefix(_REFUSAL))
+    return re.sub(r"\$(\w+)", parameter, text.removeprefix(REFUSAL))

@@ -12,13 +12,15 @@ share are defined once in ``atlas.needs``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 
 from atlas.catalogue import Entry, resolve
 from atlas.errors import AtlasError
 from atlas.needs import ROLES_STORED, SHARED, Need
 
-__all__ = ["ROLES_STORED", "SHARED", "Need", "check"]
+__all__ = ["ROLES_STORED", "SHARED", "Need", "check", "check_with"]
 
 
 def check(con: duckdb.DuckDBPyConnection, entry: Entry | str, params: dict[str, object]) -> list[str]:
@@ -26,10 +28,19 @@ def check(con: duckdb.DuckDBPyConnection, entry: Entry | str, params: dict[str, 
     catalogue entry (or its name); ``params``: its parameters, bound."""
     if isinstance(entry, str):
         entry = resolve(entry)
+
+    def count(need: Need) -> int:
+        used = {k: v for k, v in params.items() if f"${k}" in need.sql}
+        return con.execute(need.sql, used).fetchone()[0]
+
+    return check_with(entry, params, count)
+
+
+def check_with(entry: Entry, params: dict[str, object], count: Callable[[Need], int | None]) -> list[str]:
+    """``check`` on any engine: ``count`` runs a need's count over the store (0 or None: not met)."""
     notes = []
     for need in entry.needs:
-        used = {k: v for k, v in params.items() if f"${k}" in need.sql}
-        if con.execute(need.sql, used).fetchone()[0] > 0:
+        if (count(need) or 0) > 0:
             continue
         message = need.message.format(**params)
         if need.fatal:

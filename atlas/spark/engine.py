@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from atlas.catalogue import Entry, resolve
+from atlas.catalogue import REFUSAL, Entry, refusal_line, resolve
 from atlas.errors import AtlasError, arg
+from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
 from atlas.store import table_schemas
@@ -30,7 +31,7 @@ INSTALL = "pip install 'attention-atlas[spark]'"
 # the parameters holding a run id (as atlas.api.RUN_PARAMS): of an ingested run (runs), or of any run with results
 RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 LATEST_SQL = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1"  # as Store.latest_run
-_REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL, raise_error on Spark
+
 # Spark's message: '[ERROR_CLASS] text SQLSTATE: P0001', on the first line or, raised in a task, a later one
 _SPARK_ERROR = re.compile(r"\[([A-Z][A-Z_]*(?:\.[A-Z_]+)*)\] (.*?)(?: SQLSTATE: \w+)?;?$", re.MULTILINE)
 
@@ -217,17 +218,13 @@ def _run_line(spark: SparkSession, run_id: str) -> str:
 
 def _check_needs(spark: SparkSession, entry: Entry, bound: dict[str, object]) -> list[str]:
     """As ``atlas.prerequisites.check``: raise for an unmet need, return the notes."""
-    notes = []
-    for need in entry.needs:
+
+    def count(need: Need) -> int | None:
         sql = translate(need.sql, f"{entry.path.name}: a need")
         row = _first(spark, sql.text, **sql.args(bound))
-        if row and (row[0] or 0) > 0:
-            continue
-        message = need.message.format(**bound)
-        if need.fatal:
-            raise AtlasError(message)
-        notes.append(f"note: {message}")
-    return notes
+        return row[0] if row else None
+
+    return check_with(entry, bound, count)
 
 
 def _said(entry: Entry, messages: list[str], params: dict[str, object]) -> str:
@@ -235,14 +232,6 @@ def _said(entry: Entry, messages: list[str], params: dict[str, object]) -> str:
     each ``$name`` in it the parameter and its value; or Spark's first message without its class, after the
     entry's name."""
     said = [found.group(2) for text in messages for found in _SPARK_ERROR.finditer(text)]
-    refusals = [text for text in said if text.startswith(_REFUSAL)]
+    refusals = [text for text in said if text.startswith(REFUSAL)]
     first = messages[0].strip().splitlines() or ["Spark failed"]
-    text = (refusals or said or first)[0]
-    if not text.startswith(_REFUSAL):
-        return f"'{entry.name}': {text}"
-
-    def parameter(match: re.Match[str]) -> str:
-        name = match.group(1)
-        return arg(name, params[name], query=True) if name in params else match.group(0)
-
-    return re.sub(r"\$(\w+)", parameter, text.removeprefix(_REFUSAL))
+    return refusal_line(entry, (refusals or said or first)[0], params)
