@@ -8,6 +8,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# The store's integer types for what an attention row is keyed by (schema.sql): a layer or head number (128 heads or
+# more overflow int8) and a position in an input, of a token or a word (inputs of over 32,767 tokens overflow int16).
+LAYER_TYPE = np.int16  # layer, head: SMALLINT
+POSITION_TYPE = np.int32  # src_tok, dst_tok, argmax_tok, tok_idx, word_idx, src_word, dst_word, ...: INTEGER
+
 
 @dataclass(frozen=True)
 class RowBatch:
