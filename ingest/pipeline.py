@@ -30,6 +30,7 @@ import transformers
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
+from atlas.ingestion.budget import Budget, budget_for
 from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
@@ -44,7 +45,8 @@ from atlas.ingestion.write import (
     write_chunk,
     write_table,
 )
-from atlas.model.forward import stream_attention
+from atlas.model.capture import reads_rows
+from atlas.model.forward import stream_attention, stream_rows
 from atlas.model.kinds import END_ROLES, START_ROLES, is_decoder
 from atlas.model.load import LoadedModel
 from atlas.store import Store, to_table, write_parquet
@@ -55,7 +57,6 @@ from atlas.version import __version__
 # flat (1.06x) at no measured cost in time. Read when the first forward pass runs; a value the user set stays.
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")
 
-ATTENTION_BUDGET = 32_000_000  # attention weights held per forward batch (layers x heads x B x n x n)
 PADDING = 1.25  # a forward batch's padded attention weights: at most this many times its examples' own, ...
 MIN_BATCH = 8  # ... past this many examples (a batch of one computes some maps a bit differently on 1 or 2 threads)
 WRITER_NICENESS = 10  # the Parquet writer threads', above the model's (see _yield_to_the_model)
@@ -70,10 +71,11 @@ class IngestResult:
     n_edges: int
 
 
-def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
-    """Group examples of similar length so that each forward batch stays within the attention budget and, past
-    its first MIN_BATCH examples, its padding adds at most a quarter to their attention weights (the work per
-    weight is on all of them, padding included)."""
+def _batches(examples: list[Example], n_attn: int, budget: int) -> Iterator[list[Example]]:
+    """Group examples of similar length so that each forward batch stays within the attention budget (``budget``
+    weights, ``n_attn``: layers x heads) and, past its first MIN_BATCH examples, its padding adds at most a quarter
+    to their attention weights (the work per weight is on all of them, padding included). An example over the
+    budget alone is a batch of its own."""
     ordered = sorted(examples, key=lambda e: e.n_tokens)
     batch: list[Example] = []
     weights = 0  # of the batch's examples, without padding
@@ -81,7 +83,7 @@ def _batches(examples: list[Example], n_attn: int) -> Iterator[list[Example]]:
         longest = ex.n_tokens
         padded = (len(batch) + 1) * longest * longest
         wasteful = len(batch) >= MIN_BATCH and padded > PADDING * (weights + longest * longest)
-        if batch and (padded * n_attn > ATTENTION_BUDGET or wasteful):
+        if batch and (padded * n_attn > budget or wasteful):
             yield batch
             batch, weights = [], 0
         batch.append(ex)
@@ -141,10 +143,15 @@ class _Chunk:
     n_skipped: int  # sentences of the skipped examples
 
 
-def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings) -> _Chunk:
-    """The work of a chunk before its forward passes (on a CPU, done while the last chunk is written)."""
+def _prepare_chunk(
+    lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, budget: Budget
+) -> _Chunk:
+    """The work of a chunk before its forward passes (on a CPU, done while the last chunk is written). An input
+    whose maps exceed the budget is read in blocks of rows, where the model allows (``capture.reads_rows``)."""
     rows = ChunkRows(run_id, dense=settings.kept_mass is None)
     device = resolve_device(settings.device)
+    n_attn = lm.n_layers * lm.n_heads
+    by_rows = reads_rows(lm.model)
     laid: dict[int, Layout] = {}
     for ex in examples:  # corpus order
         if ex.skipped:
@@ -153,8 +160,9 @@ def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[
         laid[ex.example_id] = lay = inputs.layout(ex)
         rows.add(ex, lay, lm.tokenizer.convert_ids_to_tokens(lay.input_ids))
     batches: deque[_Batch] = deque()
-    for batch in _batches([e for e in examples if not e.skipped], lm.n_layers * lm.n_heads):
+    for batch in _batches([e for e in examples if not e.skipped], n_attn, budget.batch_weights):
         layouts = [laid[e.example_id] for e in batch]
+        long = by_rows and len(batch) == 1 and n_attn * batch[0].n_tokens**2 > budget.batch_weights
         rows_of = BatchRows(
             device,
             lm.n_layers,
@@ -166,6 +174,7 @@ def _prepare_chunk(lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[
             settings.max_edges,
             lm.decoder,
             first_piece=settings.word_rows == "first",
+            block_weights=budget.block_weights if long else None,
         )
         batches.append(_Batch(batch, layouts, rows_of))
     return _Chunk(rows, batches, sum(e.skipped for e in examples))
@@ -179,12 +188,23 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Pr
     lm.model.to(device)
     while chunk.batches:
         batch = chunk.batches.popleft()
-        stream_attention(lm, [(lay.input_ids, lay.type_ids) for lay in batch.layouts], device, batch.rows.layer)
+        ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
+        if batch.rows.by_rows is not None:
+            stream_rows(lm, ids, device, batch.rows.by_rows.bounds, batch.rows.by_rows.rows)
+        else:
+            stream_attention(lm, ids, device, batch.rows.layer)
         tables = dict(zip(ATTENTION_TABLES, batch.rows.tables(), strict=True))
         chunk.rows.add_attention([ex.example_id for ex in batch.examples], tables)
         progress.ran(sum(len(ex.sentences) for ex in batch.examples))
     progress.ran(chunk.n_skipped)
     return chunk.rows
+
+
+def _budget(lm: LoadedModel, settings: Settings) -> Budget:
+    """The attention budget of the ingest's device, with the model on it."""
+    device = resolve_device(settings.device)
+    lm.model.to(device)
+    return budget_for(device)
 
 
 def _release_freed_memory() -> None:
@@ -256,7 +276,8 @@ def stage_chunk(
     """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
     marker) and return its counts: the unit of work of an engine that runs chunks elsewhere (``ingest.ray_engine``)."""
     with tqdm(disable=True) as bar:
-        rows = _run_chunk(lm, _prepare_chunk(lm, inputs, run_id, examples, settings), settings, _Progress(bar))
+        ready = _prepare_chunk(lm, inputs, run_id, examples, settings, _budget(lm, settings))
+        rows = _run_chunk(lm, ready, settings, _Progress(bar))
     counts = _counts(examples, rows)
     _write_chunk(staging, chunk, rows.tables(), rows.dense, counts, done_marker(staging, chunk))
     return counts
@@ -317,6 +338,7 @@ def _stage_chunks(
     # overlaps the building of the next (the first 4,000 sentences of UD EWT train, by turns: 13.2, 13.2, 13.3 and
     # 13.7 s against 13.7, 13.8, 13.9 and 13.9 s built all before the writing).
     background = resolve_device(settings.device).type != "cpu"
+    budget = _budget(lm, settings)
     with (
         _frozen_heap() as freeze,
         ThreadPoolExecutor(max_workers=WRITERS, initializer=_yield_to_the_model) as writers,
@@ -333,7 +355,7 @@ def _stage_chunks(
                 progress.ran(n_sent)
                 progress.wrote(n_sent)
             else:
-                ready = _prepare_chunk(lm, inputs, run_id, block, settings)
+                ready = _prepare_chunk(lm, inputs, run_id, block, settings, budget)
                 if pending is not None and not background:  # read and prepared beside the last chunk's writing
                     pending.result()
                 rows = _run_chunk(lm, ready, settings, progress)

@@ -8,12 +8,13 @@ the probabilities the model computed are read (and intervened on) where they pas
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from typing import Protocol
 
 import torch
 from transformers import AttentionInterface, PretrainedConfig
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
 from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAttention
 
@@ -27,6 +28,19 @@ FAMILIES = (
     "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
 )  # fmt: skip
 _sink: Callable[[torch.Tensor], None] | None = None  # while recording: where each layer's probabilities go
+
+
+class RowSink(Protocol):
+    """What takes a layer's attention in blocks of rows (``reading_rows``): ``bounds(n)`` is called as each layer
+    starts (``n``: its queries), gives the blocks of rows ``[start, stop)`` in order, covering them all; ``rows`` then
+    takes each block's float32 probabilities ``[batch, heads, stop - start, keys]``, in that order."""
+
+    def bounds(self, n: int) -> Iterable[tuple[int, int]]: ...
+
+    def rows(self, start: int, probs: torch.Tensor) -> None: ...
+
+
+_rows: RowSink | None = None  # while reading rows: what takes them
 
 
 def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
@@ -74,29 +88,84 @@ def _capture_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention as the families' ``eager_attention_forward`` computes it: key/value heads repeated for
     grouped-query attention, logits soft-capped where the model passes ``softcap`` (Gemma2), the mask the model
-    built (padding, causal, sliding window) added, softmax in float32. Records the probabilities
+    built (padding, causal, sliding window) added, softmax in float32. Records the float32 probabilities
     ``[batch, heads, q, k]`` after any intervention and before dropout. Other keyword arguments (``sliding_window``
     and the like) only steer other kernels: in eager attention the mask already holds the window."""
     groups = query.shape[1] // key.shape[1]
     key, value = _repeat_kv(key, groups), _repeat_kv(value, groups)
     if scaling is None:
         scaling = query.size(-1) ** -0.5
-    scores = _scores(module, query, key, scaling)
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if attention_mask is not None:
-        if attention_mask.dtype == torch.bool:
-            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-        else:
-            scores = scores + attention_mask
-    probs = _settle(module, torch.softmax(scores.float(), dim=-1).to(value.dtype), attention_mask)
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    if _rows is not None:
+        return _by_rows(_rows, module, query, key, value, attention_mask, scaling, softcap), None
+    # softmax in float32, recorded so (a half-precision model's too); the weighted values in the model's dtype
+    probs = _settle(module, _probabilities(module, query, key, attention_mask, scaling, softcap), attention_mask)
+    probs = torch.nn.functional.dropout(probs.to(value.dtype), p=dropout, training=module.training)
     output = intervene.gate(module, torch.matmul(probs, value))
     return output.transpose(1, 2).contiguous(), probs
 
 
+def _probabilities(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float | None,
+    causal_from: int | None = None,
+) -> torch.Tensor:
+    """float32 softmax of the scaled (and soft-capped) scores of ``query`` against ``key``, ``mask`` applied: a
+    boolean one (True: attend) or one added to the scores; ``causal_from``: the queries are the rows from there on of
+    a causal layer whose mask the model left out (no key after a query's own position)."""
+    scores = _scores(module, query, key, scaling)
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + mask
+    elif causal_from is not None:
+        rows, keys = scores.shape[-2:]
+        future = torch.ones(rows, keys, dtype=torch.bool, device=scores.device).triu(causal_from + 1)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
+    return torch.softmax(scores.float(), dim=-1)
+
+
+def _by_rows(
+    sink: RowSink,
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """Eager attention in blocks of rows (``reading_rows``): each block's probabilities as ``_capture_attention``
+    computes them, handed to ``sink``, then its weighted values; no layer's whole ``[heads, q, k]`` map is held. The
+    mask is sdpa's (``_mask``): boolean, or None where the model needs none (no padding; a causal layer then masks
+    the future itself)."""
+    if intervene.active():
+        raise AtlasError("attention read in blocks of rows takes no intervention")
+    n = query.shape[2]
+    causal = mask is None and getattr(module, "is_causal", False) and n == key.shape[2]
+    output = query.new_empty((*query.shape[:3], value.shape[-1]))
+    for start, stop in sink.bounds(n):
+        rows = None if mask is None else mask if mask.shape[2] == 1 else mask[:, :, start:stop]
+        probs = _probabilities(module, query[:, :, start:stop], key, rows, scaling, softcap, start if causal else None)
+        sink.rows(start, probs)
+        output[:, :, start:stop] = torch.matmul(probs.to(value.dtype), value)
+    return intervene.gate(module, output).transpose(1, 2).contiguous()
+
+
+def _mask(*args: object, **kwargs: object) -> torch.Tensor | None:
+    """The mask the model builds for this attention: eager's (added to the scores), or sdpa's while rows are read in
+    blocks (boolean, or None where nothing is masked but a causal layer's future: no ``[q, k]`` float mask)."""
+    return sdpa_mask(*args, **kwargs) if _rows is not None else eager_mask(*args, **kwargs)
+
+
 AttentionInterface.register(CAPTURE, _capture_attention)
-AttentionMaskInterface.register(CAPTURE, eager_mask)
+AttentionMaskInterface.register(CAPTURE, _mask)
 
 
 class _DisentangledProbs(torch.nn.Module):
@@ -142,6 +211,24 @@ def prepare(model: torch.nn.Module) -> None:
             module.layer_idx = layer
             if kind is DisentangledSelfAttention and not isinstance(module.dropout, _DisentangledProbs):
                 module.dropout = _DisentangledProbs(module)
+
+
+def reads_rows(model: torch.nn.Module) -> bool:
+    """Whether the model's attention can be read in blocks of rows (``reading_rows``): every family's but DeBERTa-v2's,
+    whose attention is computed inside its own module."""
+    return model.config.model_type != "deberta-v2"
+
+
+@contextmanager
+def reading_rows(sink: RowSink) -> Iterator[None]:
+    """While active, every attention layer the model runs is computed in blocks of rows, each handed to ``sink``
+    (``RowSink``), and nothing is recorded."""
+    global _rows
+    _rows = sink
+    try:
+        yield
+    finally:
+        _rows = None
 
 
 @contextmanager

@@ -4,13 +4,13 @@ every layer, or each input's maps as arrays on the host."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
 
 from atlas.errors import AtlasError, arg
-from atlas.model.capture import recording
+from atlas.model.capture import reading_rows, recording
 from atlas.model.load import LoadedModel
 
 
@@ -75,6 +75,57 @@ def stream_attention(
         return
     raise AtlasError(
         f"{arg('model', repr(lm.name))}: attention captured for {captured} of {lm.n_layers} layers; "
+        "this architecture does not route attention through transformers' AttentionInterface"
+    )
+
+
+class _Layers:
+    """A ``RowSink`` that hands each block to ``sink`` with its layer, and stops the model once the last layer's
+    last block is in."""
+
+    def __init__(self, sink: Callable[[int, int, torch.Tensor], None], bounds: Callable, n_layers: int) -> None:
+        self.sink, self._bounds, self.n_layers = sink, bounds, n_layers
+        self.layer, self.last = -1, 0
+
+    def bounds(self, n: int) -> Iterable[tuple[int, int]]:
+        self.layer += 1
+        self.last = n
+        return self._bounds(n)
+
+    def rows(self, start: int, probs: torch.Tensor) -> None:
+        self.sink(self.layer, start, probs)
+        if self.layer == self.n_layers - 1 and start + probs.shape[-2] == self.last:
+            raise _AllCaptured
+
+
+def stream_rows(
+    lm: LoadedModel,
+    inputs: list[tuple[list[int], list[int]]],
+    device: torch.device,
+    bounds: Callable[[int], Iterable[tuple[int, int]]],
+    each_block: Callable[[int, int, torch.Tensor], None],
+) -> None:
+    """``stream_attention`` without whole maps, for inputs too long for them: each layer's attention is computed in
+    the blocks of rows ``bounds(n)`` gives (``n``: the batch's longest input) and handed on as
+    ``each_block(layer, start, probs)``, ``probs`` float32 ``[batch, heads, rows, n]``: the rows from ``start`` on
+    (for a batch of one, no padding). A decoder's rows are checked to put no weight on a later token."""
+    kwargs = model_inputs(lm, inputs, device)
+
+    def take(layer: int, start: int, probs: torch.Tensor) -> None:
+        if lm.decoder and probs.triu(start + 1).any():
+            raise AtlasError(
+                f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
+            )
+        each_block(layer, start, probs)
+
+    layers = _Layers(take, bounds, lm.n_layers)
+    try:
+        with torch.inference_mode(), reading_rows(layers):
+            lm.model(**kwargs)
+    except _AllCaptured:
+        return
+    raise AtlasError(
+        f"{arg('model', repr(lm.name))}: attention read for {layers.layer + 1} of {lm.n_layers} layers; "
         "this architecture does not route attention through transformers' AttentionInterface"
     )
 

@@ -42,6 +42,11 @@ def intervening(intervention: Intervention) -> Iterator[Intervention]:
         _active = previous
 
 
+def active() -> bool:
+    """Whether an intervention is active."""
+    return _active is not None
+
+
 def apply(module: torch.nn.Module, probs: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """The attention probabilities ``[batch, heads, q, k]`` after the active intervention."""
     if _active is None:

@@ -1,0 +1,200 @@
+"""Stage 4 for an input too long for its whole maps: the work per attention weight of ``ingest.sparsify`` done on
+each block of rows as the model computes it (``atlas.model.forward.stream_rows``), so that no layer's
+``[heads, n, n]`` map is ever held, only ``[heads, rows, n]`` of it.
+
+The rows, edges and statistics are those of ``ingest.tensor_rows`` on the whole maps (tested on every family against
+the eager maps): a row's statistics and edges need that row alone; the received attention (a column sum) is summed
+over the blocks in float64; the word-level map is made of whole words' rows, since blocks end where a word does, and
+the word attending most to a word is the running maximum over the blocks (the first of equal weights, as over the
+whole map). A forward batch of one input, no padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from atlas.ingestion.device import exact_dtype
+from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
+from atlas.ingestion.tensor_rows import _Batch, _edges
+
+Arrays = dict[str, np.ndarray]
+EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
+
+
+def cuts(token_word: list[int | None]) -> np.ndarray:
+    """Where a block of rows may end: before a token that starts a word or is a special token, and at the end."""
+    n = len(token_word)
+    words = np.array([-1 if w is None else w for w in token_word])
+    inside = np.zeros(n + 1, dtype=np.bool_)  # token t continues the word of token t - 1
+    inside[1:n] = (words[1:] >= 0) & (words[1:] == words[:-1])
+    return np.flatnonzero(~inside[1:]) + 1
+
+
+class BlockRows:
+    """The rows of one input's attention, fed block by block (``bounds``, then ``rows`` for each block, layer after
+    layer), collected by ``result`` as ``ingest.tensor_rows.TensorRows`` gives them. ``block_weights``: attention
+    weights per block (heads x rows x n); a block holds at least one word's rows."""
+
+    def __init__(self, batch: RowBatch, block_weights: int) -> None:
+        assert len(batch.lengths) == 1, "one input"
+        self.batch, self.n = batch, batch.lengths[0]
+        self.rows_per_block = max(1, block_weights // (batch.n_heads * self.n))
+        self.cuts = cuts(list(batch.token_words[0]))
+        self.words = batch.word_rows[0]  # words with word rows: 0 or 2 or more
+        owned = [w for w in batch.token_words[0] if w is not None and w < self.words]
+        self.has_pieces = torch.zeros(self.words, dtype=torch.bool)  # the words with pieces of their own
+        self.has_pieces[owned] = True
+        self.shape: _Batch | None = None  # the word structure, on the maps' device (made with the first block)
+        self.stats: list[dict[str, list[torch.Tensor]]] = []  # per layer, per name, the blocks' [heads, rows]
+        self.word_stats: list[dict[str, torch.Tensor]] = []  # per layer: [heads, words]
+        self.edges: list[list[tuple[torch.Tensor, ...]]] = []  # per layer, the blocks' (head, source, dst, weight)
+
+    def bounds(self, n: int) -> Iterator[tuple[int, int]]:
+        """The blocks of rows of a layer: about ``rows_per_block`` rows each, ending where a word does."""
+        assert n == self.n, "the input's own rows"
+        start = 0
+        while start < n:
+            fits = self.cuts[self.cuts <= start + self.rows_per_block]
+            stop = int(fits[-1]) if fits.size and fits[-1] > start else int(self.cuts[self.cuts > start][0])
+            yield start, stop
+            start = stop
+
+    def rows(self, layer: int, start: int, probs: torch.Tensor) -> None:
+        """The float32 probabilities ``[1, heads, rows, n]`` of the rows from ``start`` on of layer ``layer``."""
+        spec = self.batch
+        if self.shape is None:
+            self.shape = _Batch(probs.device, self.n, spec.lengths, spec.token_words, spec.n_words, spec.masks,
+                                spec.first_piece)  # fmt: skip
+            self.has_pieces = self.has_pieces.to(probs.device)
+        if layer == len(self.stats):
+            self._new_layer(probs)
+        block = probs[0]
+        stop = start + block.shape[-2]
+        argmax = block.max(dim=-1, keepdim=True).indices  # the first of equal maxima
+        stats = self.stats[layer]
+        for name, value in _row_stats(block, argmax[..., 0], start, self.shape, spec.smoothing).items():
+            stats[name].append(value)
+        stats["received"][0] += block.sum(dim=-2, dtype=exact_dtype(block.device))
+        if self.words:
+            self._word_rows(layer, block, start, stop)
+        valid = torch.ones(1, block.shape[-2], dtype=torch.bool, device=block.device)
+        where, dst, weight = self._edges(block, argmax, start, valid)
+        self.edges[layer].append((where[:, 1], where[:, 2] + start, dst, weight))
+
+    def _new_layer(self, probs: torch.Tensor) -> None:
+        heads, device = probs.shape[1], probs.device
+        received = torch.zeros(heads, self.n, dtype=exact_dtype(device), device=device)
+        self.stats.append({"entropy": [], "argmax_tok": [], "masses": [], "received": [received]})
+        self.edges.append([])
+        if self.words:
+            w = self.words
+            self.word_stats.append({
+                "dst_word": torch.zeros(heads, w, dtype=torch.long, device=device),
+                "weight": torch.zeros(heads, w, device=device),
+                "from_word": torch.zeros(heads, w, dtype=torch.long, device=device),
+                "from_weight": torch.full((heads, w), -torch.inf, device=device),
+            })  # fmt: skip
+
+    def _edges(
+        self, block: torch.Tensor, argmax: torch.Tensor, start: int, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        spec = self.batch
+        if spec.kept_mass is not None:
+            return _edges(block[None], argmax[None], valid, spec.kept_mass, spec.max_edges, False, spec.weight_step)
+        rows, n = block.shape[-2:]
+        pairs = torch.ones(rows, n, dtype=torch.bool, device=block.device)
+        if spec.causal:
+            pairs = pairs.tril(start)
+        where = pairs.expand(block.shape).nonzero()
+        return torch.nn.functional.pad(where, (1, 0)), where[:, 2], block[pairs.expand(block.shape)]
+
+    def _word_rows(self, layer: int, block: torch.Tensor, start: int, stop: int) -> None:
+        """The word-level rows of the words whose first piece is in the block (all their pieces are), and the running
+        maximum of each word's column."""
+        shape, w = self.shape, self.words
+        heads, rows, n = block.shape
+        first = shape.first[0]
+        mine = torch.nonzero((first[:w] >= start) & (first[:w] < stop) & self.has_pieces)[:, 0]
+        if not len(mine):
+            return
+        cont_tok, cont_word = shape.cont_tok[0], shape.cont_word[0]
+        # TO a word: the sum over its pieces (columns), as tensor_rows sums them
+        to_words = block.gather(-1, first[None, None, :].expand(heads, rows, w + 1))
+        if cont_tok.numel():
+            extra = block.gather(-1, cont_tok[None, None, :].expand(heads, rows, len(cont_tok)))
+            to_words.scatter_add_(-1, cont_word[None, None, :].expand(heads, rows, len(cont_tok)), extra)
+        # FROM a word: the mean over its pieces (rows), or its first piece's row
+        slot = torch.full((w + 1,), len(mine), dtype=torch.long, device=block.device)  # the block's words' places
+        slot[mine] = torch.arange(len(mine), device=block.device)
+        words = to_words.gather(-2, (first[mine] - start)[None, :, None].expand(heads, len(mine), w + 1))
+        inside = (cont_tok >= start) & (cont_tok < stop) & (cont_word < w)
+        if inside.any() and not shape.first_piece:
+            tok, word = cont_tok[inside] - start, slot[cont_word[inside]]
+            extra = to_words.gather(-2, tok[None, :, None].expand(heads, len(tok), w + 1))
+            words.scatter_add_(-2, word[None, :, None].expand(heads, len(tok), w + 1), extra)
+        words = words[:, :, :w] * shape.word_scale[0, mine][None]
+        if shape.word_mask is not None:
+            words += shape.word_mask[0, mine][None]
+        words[:, torch.arange(len(mine), device=block.device), mine] = -torch.inf  # never the word itself
+        stats = self.word_stats[layer]
+        weight, best = words.max(dim=-1)
+        stats["weight"][:, mine], stats["dst_word"][:, mine] = weight, best
+        from_weight, attending = words.max(dim=-2)  # the first of equal weights in the block ...
+        better = from_weight > stats["from_weight"]  # ... and of the blocks: an earlier block's stays
+        stats["from_weight"] = torch.where(better, from_weight, stats["from_weight"])
+        stats["from_word"] = torch.where(better, mine[attending], stats["from_word"])
+
+    def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
+        """(stats, words, edges, counts) of the input, as ``TensorRows.result`` gives them."""
+        spec = self.batch
+        assert len(self.stats) == spec.n_layers, "every layer's rows"
+        stats = {
+            name: torch.cat([torch.cat(layer[name], dim=1) if name != "received" else layer[name][0]
+                             for layer in self.stats], dim=0).flatten(0, 1).cpu().numpy()
+            for name in ("entropy", "argmax_tok", "masses", "received")
+        }  # fmt: skip
+        stats["argmax_tok"] = stats["argmax_tok"].astype(POSITION_TYPE)
+        words: Arrays = {}
+        if self.words:
+            for name in ("dst_word", "weight", "from_word", "from_weight"):
+                column = torch.cat([layer[name] for layer in self.word_stats]).flatten().cpu().numpy()
+                words[name] = column.astype(POSITION_TYPE) if name.endswith("word") else column
+        edges = {name: [] for name in EDGE_COLUMNS}
+        for layer, blocks in enumerate(self.edges):
+            head, source, dst, weight = (torch.cat(part) for part in zip(*blocks, strict=True))
+            order = torch.sort(head, stable=True).indices  # (head, source, destination): each block is in that order
+            edges["layer"].append(np.full(len(order), layer, dtype=LAYER_TYPE))
+            edges["head"].append(head[order].cpu().numpy().astype(LAYER_TYPE))
+            edges["src_tok"].append(source[order].cpu().numpy().astype(POSITION_TYPE))
+            edges["dst_tok"].append(dst[order].cpu().numpy().astype(POSITION_TYPE))
+            edges["weight"].append(weight[order].float().cpu().numpy())
+        columns = {name: np.concatenate(parts) for name, parts in edges.items()}
+        return stats, words, columns, np.array([len(columns["weight"])], dtype=np.int64)
+
+
+def _row_stats(
+    block: torch.Tensor, argmax: torch.Tensor, start: int, shape: _Batch, smoothing: float
+) -> dict[str, torch.Tensor]:
+    """Per-row statistics of the rows from ``start`` on (``block`` ``[heads, rows, n]``) as ``tensor_rows``'s
+    ``_row_stats`` computes them on the whole map: tensors ``[heads, rows]``."""
+    heads, rows, n = block.shape
+    count = shape.n[:1, None, None].to(block.dtype)[0]
+    eps_n = smoothing / count
+    smoothed = block.mul(1 - smoothing).add_(eps_n[..., None])
+    terms = torch.linalg.vecdot(smoothed, smoothed.log())
+    largest = smoothed.gather(-1, argmax[..., None])[..., 0]
+    near_one = (block.gather(-1, argmax[..., None])[..., 0] - 1) * (1 - smoothing) + eps_n
+    near_one -= smoothing
+    terms += largest * (torch.log1p(near_one) - largest.log())
+    zero = block.new_zeros(heads, 1)
+    previous = block.diagonal(start - 1, -2, -1) if start else torch.cat([zero, block.diagonal(-1, -2, -1)], dim=-1)
+    following = block.diagonal(start + 1, -2, -1)
+    if following.shape[-1] < rows:  # the last row has no next token
+        following = torch.cat([following, zero], dim=-1)
+    masses = [block.diagonal(start, -2, -1), previous, following, block[..., 0]]
+    if shape.masks.shape[-1]:
+        masses.extend((block @ shape.masks[0]).unbind(-1))
+    return {"entropy": -terms, "argmax_tok": argmax, "masses": torch.stack(masses, dim=-1)}

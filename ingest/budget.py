@@ -1,0 +1,31 @@
+"""How much attention the ingest holds at once: a forward batch's maps (every layer's, ``ingest.tensor_rows`` keeps
+them until the last is in), and, for an input whose maps alone exceed that, a block of its rows
+(``ingest.block_rows``). On a CPU fixed numbers (tuned there: see ``ingest.pipeline``); on CUDA sized from the
+device's free memory once the model is on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BATCH_WEIGHTS = 32_000_000  # on a CPU or MPS: attention weights per forward batch (layers x heads x B x n x n)
+BLOCK_WEIGHTS = 4_000_000  # on a CPU or MPS: weights per block of rows (heads x rows x n)
+SHARE = 0.5  # of the device's free memory, for the attention
+BATCH_BYTES = 8  # a batch's weight: kept in float32, plus the model's and the row work's temporaries
+BLOCK_BYTES = 64  # a block's weight: scores, probabilities, the row work's temporaries (rank keys, sorted keys)
+
+
+@dataclass(frozen=True)
+class Budget:
+    batch_weights: int  # a forward batch's maps, every layer's, at most this many weights (a longer input: alone)
+    block_weights: int  # an input whose maps are more: read in blocks of rows of this many weights
+
+
+def budget_for(device: torch.device) -> Budget:
+    """The budget on ``device``: on CUDA from its free memory now (the model loaded), else the fixed numbers."""
+    if device.type != "cuda":
+        return Budget(BATCH_WEIGHTS, BLOCK_WEIGHTS)
+    free, _total = torch.cuda.mem_get_info(device)
+    usable = free * SHARE
+    return Budget(max(BATCH_WEIGHTS, int(usable // BATCH_BYTES)), max(BLOCK_WEIGHTS, int(usable // BLOCK_BYTES)))

@@ -1,0 +1,128 @@
+"""Inputs read in blocks of rows (``ingest.block_rows``): an input whose maps exceed the attention budget is run with
+its attention computed a block of rows at a time, never a layer's whole map. Here the budget is made tiny, so that
+every input of a small corpus goes that way (a block of one word's rows), and the stored rows, edges and word rows
+are compared with those of the whole maps: for every family whose attention goes through transformers' interface,
+sparse and dense, with a decoder's causal mask and sliding windows, and with the embedded model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import GUM_SAMPLE, cut_conllu, make_store
+from test_families import CASES, build
+
+import atlas
+from atlas.ingestion import block_rows, pipeline
+from atlas.ingestion.budget import Budget
+from atlas.model.forward import stream_rows
+from atlas.model.load import load_model
+
+TABLES = {
+    "attn_edges": "example_id, layer, head, src_tok, dst_tok",
+    "attn_rows": "example_id, layer, head, src_tok",
+    "word_rows": "example_id, layer, head, src_word",
+}
+EXACT = {"example_id", "layer", "head", "src_tok", "dst_tok", "argmax_tok", "src_word", "dst_word", "from_word"}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    return cut_conllu(GUM_SAMPLE, 12, tmp_path_factory.mktemp("gum") / "gum-12.conllu")
+
+
+def _tables(root) -> dict[str, dict[str, np.ndarray]]:
+    sql = atlas.open(root).connection.sql
+    return {name: sql(f"SELECT * EXCLUDE (run_id) FROM {name} ORDER BY {keys}").fetchnumpy()
+            for name, keys in TABLES.items()}  # fmt: skip
+
+
+def _by_rows(monkeypatch, block_weights: int = 1) -> list[int]:
+    """Make every input go by rows (blocks of ``block_weights`` weights: 1 is a word's rows); count the blocks."""
+    blocks = []
+    monkeypatch.setattr(pipeline, "budget_for", lambda _device: Budget(1, block_weights))
+    original = block_rows.BlockRows.rows
+
+    def counted(self, layer, start, probs):
+        blocks.append(probs.shape[-2])
+        return original(self, layer, start, probs)
+
+    monkeypatch.setattr(block_rows.BlockRows, "rows", counted)
+    return blocks
+
+
+def _same(whole, rows, sparse: bool) -> None:
+    """Positions and argmaxes equal; values within float32 arithmetic (dense), or within one step of the stored
+    precision where the sparse setting rounds (the whole maps' rows are summed in float64 on a CPU, the blocks' in
+    float32, as on an accelerator: a value next to a rounding boundary may round the other way)."""
+    for name, columns in whole.items():
+        got = rows[name]
+        assert got.keys() == columns.keys()
+        for column, want in columns.items():
+            where = f"{name}.{column}"
+            if column in EXACT:
+                np.testing.assert_array_equal(got[column], want, err_msg=where)
+            elif not sparse:
+                np.testing.assert_allclose(got[column], want, atol=2e-6, rtol=1e-5, err_msg=where)
+            elif column == "entropy":
+                np.testing.assert_allclose(got[column], want, rtol=2**-16, atol=1e-6, err_msg=where)
+            elif column == "received":
+                np.testing.assert_allclose(got[column], want, rtol=2**-10, atol=1e-6, err_msg=where)
+            else:  # masses in steps of 1/2048, weights of 1/256
+                step = 2**-8 if "weight" in column else 2**-11
+                np.testing.assert_allclose(got[column], want, atol=step * 1.001, rtol=0, err_msg=where)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "deberta-v2"])
+def test_every_family_reads_rows_as_its_whole_maps(tmp_path, corpus, monkeypatch, name):
+    folder = build(CASES[name], tmp_path / "model")
+    lm = load_model(str(folder))
+    for kept_mass in (0.9, None):
+        settings = {"kept_mass": kept_mass, "pack": "window", "max_length": 64}
+        make_store(tmp_path / f"whole-{kept_mass}", corpus, lm, **settings)
+        with monkeypatch.context() as patch:
+            blocks = _by_rows(patch)
+            make_store(tmp_path / f"rows-{kept_mass}", corpus, lm, **settings)
+        assert blocks and np.median(blocks) <= 3  # a word's pieces at a time
+        _same(_tables(tmp_path / f"whole-{kept_mass}"), _tables(tmp_path / f"rows-{kept_mass}"), kept_mass is not None)
+
+
+def test_the_embedded_model_reads_rows_as_its_whole_maps(tmp_path, corpus, model, monkeypatch):
+    settings = {"pack": "window", "max_length": 128, "text": "written"}
+    make_store(tmp_path / "whole", corpus, model, **settings)
+    blocks = _by_rows(monkeypatch, block_weights=12 * 128 * 16)  # about 16 rows a block
+    make_store(tmp_path / "rows", corpus, model, **settings)
+    assert 8 <= np.median(blocks) <= 24
+    _same(_tables(tmp_path / "whole"), _tables(tmp_path / "rows"), sparse=True)
+
+
+def test_deberta_keeps_its_whole_maps(tmp_path, corpus, monkeypatch):
+    """DeBERTa-v2 computes its attention in its own module: its inputs are never read by rows."""
+    lm = load_model(str(build(CASES["deberta-v2"], tmp_path / "model")))
+    blocks = _by_rows(monkeypatch)
+    make_store(tmp_path / "store", corpus, lm, pack="window", max_length=64)
+    assert not blocks
+
+
+def test_blocks_end_where_words_do():
+    token_word = [None, 0, 0, 1, 2, 2, 2, None, 3, None]
+    assert block_rows.cuts(token_word).tolist() == [1, 3, 4, 7, 8, 9, 10]
+
+
+def test_rows_come_in_the_blocks_asked_for(tmp_path):
+    """A decoder's 1,200-token input by rows of 100: every layer's attention comes as 12 blocks of [heads, 100, n]."""
+    folder = build(CASES["llama"], tmp_path / "model")
+    lm = load_model(str(folder))
+    ids = [lm.tokenizer.bos_token_id or 0] + [5 + i % 50 for i in range(1199)]
+    n = len(ids)
+    largest = []
+
+    def bounds(length):
+        return [(start, min(start + 100, length)) for start in range(0, length, 100)]
+
+    def seen(_layer, _start, probs):
+        largest.append(probs.numel())
+
+    with torch.inference_mode():
+        stream_rows(lm, [(ids, [0] * n)], torch.device("cpu"), bounds, seen)
+    assert len(largest) == lm.n_layers * 12 and max(largest) == lm.n_heads * 100 * n
