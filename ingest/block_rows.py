@@ -18,6 +18,7 @@ import torch
 
 from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
+from atlas.ingestion.stages import stage
 from atlas.ingestion.tensor_rows import _Batch, _edges
 
 Arrays = dict[str, np.ndarray]
@@ -151,6 +152,10 @@ class BlockRows:
         """(stats, words, edges, counts) of the input, as ``TensorRows.result`` gives them."""
         spec = self.batch
         assert len(self.stats) == spec.n_layers, "every layer's rows"
+        with stage("to the host"):
+            return self._host()
+
+    def _host(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
         stats = {
             name: torch.cat([torch.cat(layer[name], dim=1) if name != "received" else layer[name][0]
                              for layer in self.stats], dim=0).flatten(0, 1).cpu().numpy()

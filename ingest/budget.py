@@ -11,7 +11,8 @@ import torch
 
 BATCH_WEIGHTS = 32_000_000  # on a CPU or MPS: attention weights per forward batch (layers x heads x B x n x n)
 BLOCK_WEIGHTS = 4_000_000  # on a CPU or MPS: weights per block of rows (heads x rows x n)
-SHARE = 0.5  # of the device's free memory, for the attention
+BATCH_SHARE = 0.25  # of the device's free memory, for a batch's maps (two are on the device at once: the pipeline)
+BLOCK_SHARE = 0.5  # of the device's free memory, for a block of rows (an input read by rows is a batch alone)
 BATCH_BYTES = 8  # a batch's weight: kept in float32, plus the model's and the row work's temporaries
 BLOCK_BYTES = 64  # a block's weight: scores, probabilities, the row work's temporaries (rank keys, sorted keys)
 
@@ -27,5 +28,5 @@ def budget_for(device: torch.device) -> Budget:
     if device.type != "cuda":
         return Budget(BATCH_WEIGHTS, BLOCK_WEIGHTS)
     free, _total = torch.cuda.mem_get_info(device)
-    usable = free * SHARE
-    return Budget(max(BATCH_WEIGHTS, int(usable // BATCH_BYTES)), max(BLOCK_WEIGHTS, int(usable // BLOCK_BYTES)))
+    batch, block = int(free * BATCH_SHARE // BATCH_BYTES), int(free * BLOCK_SHARE // BLOCK_BYTES)
+    return Budget(max(BATCH_WEIGHTS, batch), max(BLOCK_WEIGHTS, block))

@@ -30,12 +30,14 @@ import transformers
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
+from atlas.ingestion.ahead import read_ahead
 from atlas.ingestion.budget import Budget, budget_for
 from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
 from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
 from atlas.ingestion.sparsify import BatchRows
+from atlas.ingestion.stages import stage, staged
 from atlas.ingestion.write import (
     ATTENTION_TABLES,
     EXAMPLE_TABLES,
@@ -183,21 +185,49 @@ def _prepare_chunk(
 def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Progress) -> ChunkRows:
     """Run the model over a prepared chunk (batched by length) on ``settings.device`` and add its attention rows;
     the attention maps stay on the device, where ``BatchRows`` turns each layer's maps into rows as the forward
-    pass computes them. Each batch is let go once its rows are in, and moves ``progress`` by its sentences."""
+    pass computes them. Each batch is let go once its rows are in, and moves ``progress`` by its sentences. On an
+    accelerator a batch's rows are taken to the host and into tables in a second thread while the model runs on the
+    next batch (at most one batch behind: two batches' maps at most are on the device)."""
     device = resolve_device(settings.device)
     lm.model.to(device)
-    while chunk.batches:
-        batch = chunk.batches.popleft()
-        ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
-        if batch.rows.by_rows is not None:
-            stream_rows(lm, ids, device, batch.rows.by_rows.bounds, batch.rows.by_rows.rows)
-        else:
-            stream_attention(lm, ids, device, batch.rows.layer)
-        tables = dict(zip(ATTENTION_TABLES, batch.rows.tables(), strict=True))
-        chunk.rows.add_attention([ex.example_id for ex in batch.examples], tables)
-        progress.ran(sum(len(ex.sentences) for ex in batch.examples))
+    with ThreadPoolExecutor(max_workers=1) as collecting:
+        behind: Future | None = None
+        while chunk.batches:
+            batch = chunk.batches.popleft()
+            ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
+            with stage("model", device):
+                if batch.rows.by_rows is not None:
+                    stream_rows(lm, ids, device, batch.rows.by_rows.bounds, _timed(batch.rows.by_rows.rows, device))
+                else:
+                    stream_attention(lm, ids, device, _timed(batch.rows.layer, device))
+            if device.type == "cpu":
+                _collect(chunk.rows, batch, progress)
+                continue
+            if behind is not None:
+                behind.result()
+            behind = collecting.submit(_collect, chunk.rows, batch, progress)
+        if behind is not None:
+            behind.result()
     progress.ran(chunk.n_skipped)
     return chunk.rows
+
+
+def _timed(take: Callable, device: torch.device) -> Callable:
+    """``take`` (what turns a layer's maps, or a block of rows, into rows), its time counted as the row work."""
+
+    def timed(*args: object) -> None:
+        with stage("row work", device):
+            take(*args)
+
+    return timed
+
+
+def _collect(rows: ChunkRows, batch: _Batch, progress: _Progress) -> None:
+    """A batch's rows, computed, taken to the host and added to its chunk's tables."""
+    with stage("tables"):
+        tables = dict(zip(ATTENTION_TABLES, batch.rows.tables(), strict=True))
+        rows.add_attention([ex.example_id for ex in batch.examples], tables)
+    progress.ran(sum(len(ex.sentences) for ex in batch.examples))
 
 
 def _budget(lm: LoadedModel, settings: Settings) -> Budget:
@@ -224,6 +254,11 @@ def _write_chunk(
     """Write a chunk's tables, then mark it done (the marker is what a resumed ingest trusts)."""
     write_chunk(staging, chunk, tables, dense)
     _mark_done(counts, marker)
+
+
+def _write(staging: Path, chunk: int, name: str, table: pa.Table, dense: bool) -> None:
+    with stage("writing"):
+        write_table(staging, chunk, name, table, dense)
 
 
 def _mark_done(
@@ -339,6 +374,15 @@ def _stage_chunks(
     # 13.7 s against 13.7, 13.8, 13.9 and 13.9 s built all before the writing).
     background = resolve_device(settings.device).type != "cpu"
     budget = _budget(lm, settings)
+
+    def read() -> Iterator[tuple[int, list[Example], dict | None, _Chunk | None]]:
+        """Each chunk, with its counts where it is done, else made ready for the model."""
+        for chunk, block in enumerate(staged("reading and aligning", chunks(corpus, lm, settings, inputs))):
+            counts = read_marker(done_marker(staging, chunk))
+            with stage("reading and aligning"):
+                ready = None if counts is not None else _prepare_chunk(lm, inputs, run_id, block, settings, budget)
+            yield chunk, block, counts, ready
+
     with (
         _frozen_heap() as freeze,
         ThreadPoolExecutor(max_workers=WRITERS, initializer=_yield_to_the_model) as writers,
@@ -347,31 +391,34 @@ def _stage_chunks(
     ):
         progress = _Progress(bar)
         pending: Future | None = None
-        for chunk, block in enumerate(chunks(corpus, lm, settings, inputs)):
+        # on an accelerator the next chunk is read and prepared while the model runs on this one
+        for chunk, block, counts, ready in read_ahead(read()) if background else read():
             marker = done_marker(staging, chunk)
-            counts = read_marker(marker)
             n_sent = sum(len(e.sentences) for e in block)
-            if counts is not None:  # done before: a resumed ingest's bar starts past it
+            if ready is None:  # done before: a resumed ingest's bar starts past it
                 progress.ran(n_sent)
                 progress.wrote(n_sent)
             else:
-                ready = _prepare_chunk(lm, inputs, run_id, block, settings, budget)
                 if pending is not None and not background:  # read and prepared beside the last chunk's writing
-                    pending.result()
+                    with stage("waiting for the writers"):
+                        pending.result()
                 rows = _run_chunk(lm, ready, settings, progress)
                 counts = _counts(block, rows)
                 if pending is not None:
-                    pending.result()
-                writes = [
-                    writers.submit(write_table, staging, chunk, name, rows.table(name), rows.dense)
-                    for name in WRITE_ORDER
-                ]
+                    with stage("waiting for the writers"):
+                        pending.result()
+                writes = []
+                for name in WRITE_ORDER:
+                    with stage("tables"):
+                        table = rows.table(name)
+                    writes.append(writers.submit(_write, staging, chunk, name, table, rows.dense))
                 freeze()
                 pending = marking.submit(_mark_done, counts, marker, writes, lambda n=n_sent: progress.wrote(n))
             for key in totals:
                 totals[key] += counts[key]
         if pending is not None:
-            pending.result()
+            with stage("waiting for the writers"):
+                pending.result()
     _release_freed_memory()
     return totals
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from tqdm import tqdm
 
+from atlas.ingestion.budget import Budget
 from atlas.ingestion.corpus import check_corpus
 from atlas.ingestion.pipeline import Settings, ingest
 from atlas.model.load import LoadedModel
@@ -67,7 +68,8 @@ def test_the_bar_moves_with_each_forward_batch(tmp_path, model, monkeypatch):
     store = Store(tmp_path / "store")
     recorder = Recorder(store)
     monkeypatch.setattr("atlas.ingestion.pipeline.tqdm", recorder.bar())
-    monkeypatch.setattr("atlas.ingestion.pipeline.ATTENTION_BUDGET", 1)  # a forward batch of one input each
+    one_each = Budget(batch_weights=1, block_weights=10**9)  # a forward batch of one input each (read by rows)
+    monkeypatch.setattr("atlas.ingestion.pipeline.budget_for", lambda _device: one_each)
     corpus = cut_conllu(EWT_SAMPLE, 40, tmp_path / "forty.conllu")
     _ingest(corpus, store, model)  # one chunk of 40 inputs
     steps = [n for n, _ in recorder.steps]

@@ -1,0 +1,72 @@
+"""Where an ingest's time goes: seconds per stage, kept only while ``timing()`` is active (the bench's ``## stages``
+table). Each stage ends by waiting for the device's queued work, so that an accelerator's work is counted in the
+stage that launched it; a stage inside another is counted in its own row only. Outside ``timing()`` a stage costs
+a check of one variable."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import torch
+
+T = TypeVar("T")
+_clock: dict[str, float] | None = None  # while timing: seconds per stage
+_local = threading.local()  # each thread's open stages: [seconds of the stages inside, ...]
+_lock = threading.Lock()
+
+
+def _wait(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device is not None and device.type == "mps":
+        torch.mps.synchronize()
+
+
+@contextmanager
+def stage(name: str, device: torch.device | None = None) -> Iterator[None]:
+    """Count the block's seconds as stage ``name`` (less those of stages inside it); ``device``: wait for its work."""
+    if _clock is None:
+        yield
+        return
+    inner = _local.__dict__.setdefault("open", [])
+    inner.append(0.0)
+    start = time.perf_counter()
+    try:
+        yield
+        _wait(device)
+    finally:
+        seconds = time.perf_counter() - start
+        nested = inner.pop()
+        if inner:
+            inner[-1] += seconds
+        with _lock:
+            if _clock is not None:
+                _clock[name] += seconds - nested
+
+
+def staged(name: str, items: Iterable[T]) -> Iterator[T]:
+    """``items``, the time taken to make each counted as stage ``name``."""
+    iterator = iter(items)
+    while True:
+        with stage(name):
+            try:
+                item = next(iterator)
+            except StopIteration:
+                return
+        yield item
+
+
+@contextmanager
+def timing() -> Iterator[dict[str, float]]:
+    """Keep the seconds of every stage while active, in the dict yielded."""
+    global _clock
+    _clock = defaultdict(float)
+    try:
+        yield _clock
+    finally:
+        _clock = None
