@@ -5,7 +5,9 @@
 -- carries run_id, so many runs live side by side. Indexes are 0-based in the store (layer, head,
 -- tok_idx, word_idx); queries display layers and heads 1-based ("layer-head") as the papers do.
 -- The column types here are the types written to Parquet; a column NOT NULL is never NULL and is a required
--- column in the files (no validity levels to write or read).
+-- column in the files (no validity levels to write or read). Runs written before layers and heads were SMALLINT and
+-- positions in an input INTEGER hold them as TINYINT and SMALLINT; the views (and atlas.spark, Atlas.table) read
+-- every file widened to the types here, so old and new runs answer alike in one store.
 
 -- One ingest of one model over one corpus.
 CREATE TABLE runs (
@@ -54,7 +56,7 @@ CREATE TABLE examples (
     sent_ids VARCHAR[],          -- '# sent_id' of each sentence in the input (text: the paragraph's LINE, or
                                  --   LINE:FIRST-LAST/N when only its words FIRST to LAST of N were kept)
     first_line INTEGER,          -- corpus line of the first word
-    n_sentences SMALLINT,
+    n_sentences INTEGER,
     n_tokens INTEGER,            -- word pieces including the special tokens
     n_words INTEGER,
     skipped BOOLEAN,             -- true: longer than max_length, not run (no tokens, words or attention)
@@ -65,10 +67,10 @@ CREATE TABLE examples (
 CREATE TABLE tokens (
     run_id VARCHAR,
     example_id INTEGER,
-    tok_idx SMALLINT,            -- position in the input
+    tok_idx INTEGER,             -- position in the input
     piece VARCHAR,               -- the tokenizer's piece, e.g. 'play', '##ing', 'Ġplay', '▁play', '[CLS]'
     piece_id INTEGER,            -- vocabulary id
-    word_idx SMALLINT,           -- word of the input this piece belongs to (from the tokenizer's offsets: the
+    word_idx INTEGER,            -- word of the input this piece belongs to (from the tokenizer's offsets: the
                                  --   word holding its first character, spaces aside; runs.text 'words': the word
                                  --   whose characters it covers); NULL for a special token
     special VARCHAR,             -- a special token added by the tokenizer's template, as its literal string
@@ -88,20 +90,20 @@ CREATE TABLE tokens (
 CREATE TABLE words (
     run_id VARCHAR,
     example_id INTEGER,
-    word_idx SMALLINT,           -- 0-based position among the input's words
+    word_idx INTEGER,            -- 0-based position among the input's words
     sent_id VARCHAR,
-    conllu_id SMALLINT,          -- the CoNLL-U ID column (1-based in its sentence)
+    conllu_id INTEGER,           -- the CoNLL-U ID column (1-based in its sentence)
     line INTEGER,                -- corpus line
     form VARCHAR,
     lemma VARCHAR,
     upos VARCHAR,
     xpos VARCHAR,
     feats VARCHAR,
-    head_word_idx SMALLINT,      -- word_idx of the syntactic head in the same input; NULL for the root
+    head_word_idx INTEGER,       -- word_idx of the syntactic head in the same input; NULL for the root
     deprel VARCHAR,              -- UD relation with subtype, e.g. 'nsubj', 'nmod:poss'
-    first_tok SMALLINT,          -- tok_idx of the word's first piece; NULL for a word without pieces (text as
+    first_tok INTEGER,           -- tok_idx of the word's first piece; NULL for a word without pieces (text as
                                  --   written: "not" of "cannot" when the tokenizer makes "cannot" one piece)
-    n_toks SMALLINT              -- number of pieces (0: none of its own)
+    n_toks INTEGER               -- number of pieces (0: none of its own)
 );
 
 -- One coreference mention (CorefUD 'Entity=' brackets), both ends inside one input.
@@ -111,9 +113,9 @@ CREATE TABLE mentions (
     mention_id INTEGER,          -- 0-based within the input, in order of the first word
     doc_id VARCHAR,
     entity_id VARCHAR,
-    first_word SMALLINT,         -- word_idx span, inclusive
-    last_word SMALLINT,
-    head_word SMALLINT,          -- the span's word whose syntactic head lies outside the span
+    first_word INTEGER,          -- word_idx span, inclusive
+    last_word INTEGER,
+    head_word INTEGER,           -- the span's word whose syntactic head lies outside the span
     mention_type VARCHAR         -- pronoun (head UPOS PRON) | proper (PROPN) | nominal (anything else)
 );
 
@@ -125,10 +127,10 @@ CREATE TABLE frames (
     lexical_unit VARCHAR,        -- e.g. 'throw.v'
     element VARCHAR,             -- frame element, e.g. 'Agent'
     core BOOLEAN,                -- in one of the frame's core sets (<FEcoreSet> in frame/<frame>.xml)
-    target_first SMALLINT,       -- word_idx span of the frame-evoking target, inclusive
-    target_last SMALLINT,
-    element_first SMALLINT,      -- word_idx span of the element, inclusive
-    element_last SMALLINT
+    target_first INTEGER,        -- word_idx span of the frame-evoking target, inclusive
+    target_last INTEGER,
+    element_first INTEGER,       -- word_idx span of the element, inclusive
+    element_last INTEGER
 );
 
 -- One kept attention weight. Sparse: per row the largest weights (as stored; ties: the earlier token) until
@@ -137,10 +139,10 @@ CREATE TABLE frames (
 CREATE TABLE attn_edges (
     run_id VARCHAR NOT NULL,
     example_id INTEGER NOT NULL,
-    layer TINYINT NOT NULL,      -- 0-based
-    head TINYINT NOT NULL,       -- 0-based
-    src_tok SMALLINT NOT NULL,   -- the attending token (query)
-    dst_tok SMALLINT NOT NULL,   -- the attended token (key)
+    layer SMALLINT NOT NULL,     -- 0-based
+    head SMALLINT NOT NULL,      -- 0-based
+    src_tok INTEGER NOT NULL,    -- the attending token (query)
+    dst_tok INTEGER NOT NULL,    -- the attended token (key)
     weight FLOAT NOT NULL        -- at runs.weight_precision
 );
 
@@ -149,12 +151,12 @@ CREATE TABLE attn_edges (
 CREATE TABLE attn_rows (
     run_id VARCHAR NOT NULL,
     example_id INTEGER NOT NULL,
-    layer TINYINT NOT NULL,
-    head TINYINT NOT NULL,
-    src_tok SMALLINT NOT NULL,
+    layer SMALLINT NOT NULL,
+    head SMALLINT NOT NULL,
+    src_tok INTEGER NOT NULL,
     entropy FLOAT NOT NULL,      -- nats, of the smoothed row 0.9999 a + 1e-4 / n (Clark et al.'s released code;
                                  --   at most about 0.002 nats above the exact entropy)
-    argmax_tok SMALLINT NOT NULL, -- the first token of largest weight (always an edge; its weight: the row's max)
+    argmax_tok INTEGER NOT NULL,  -- the first token of largest weight (always an edge; its weight: the row's max)
     -- attention mass the row gives to (from the dense row; at runs.weight_precision):
     to_self FLOAT NOT NULL,      -- the token itself
     to_prev FLOAT NOT NULL,      -- the previous token (0 for the first)
@@ -181,12 +183,12 @@ CREATE TABLE attn_rows (
 CREATE TABLE word_rows (
     run_id VARCHAR NOT NULL,
     example_id INTEGER NOT NULL,
-    layer TINYINT NOT NULL,
-    head TINYINT NOT NULL,
-    src_word SMALLINT NOT NULL,  -- the attending word
-    dst_word SMALLINT NOT NULL,  -- most-attended word other than itself, [CLS] and [SEP]
+    layer SMALLINT NOT NULL,
+    head SMALLINT NOT NULL,
+    src_word INTEGER NOT NULL,   -- the attending word
+    dst_word INTEGER NOT NULL,   -- most-attended word other than itself, [CLS] and [SEP]
     weight FLOAT NOT NULL,       -- its word-level attention weight (at runs.weight_precision)
-    from_word SMALLINT NOT NULL, -- the other real word whose word-level attention TO src_word is largest
+    from_word INTEGER NOT NULL,  -- the other real word whose word-level attention TO src_word is largest
     from_weight FLOAT NOT NULL   -- that attention weight (at runs.weight_precision)
 );
 
@@ -194,10 +196,10 @@ CREATE TABLE word_rows (
 -- the token rows of the run's first inputs (written by 'atlas distances', from recomputed dense maps).
 CREATE TABLE head_pairs (
     run_id VARCHAR,
-    layer_a TINYINT,
-    head_a TINYINT,
-    layer_b TINYINT,
-    head_b TINYINT,
+    layer_a SMALLINT,
+    head_a SMALLINT,
+    layer_b SMALLINT,
+    head_b SMALLINT,
     js DOUBLE,                   -- nats; 0 on the diagonal, symmetric
     n_rows BIGINT                -- attention rows averaged over
 );
@@ -206,8 +208,8 @@ CREATE TABLE head_pairs (
 CREATE TABLE head_scores (
     run_id VARCHAR,
     analysis VARCHAR,            -- e.g. 'head distances'
-    layer TINYINT,
-    head TINYINT,
+    layer SMALLINT,
+    head SMALLINT,
     metric VARCHAR,              -- e.g. 'mds_x', 'mds_y', 'cluster'
     value DOUBLE
 );
@@ -255,8 +257,8 @@ CREATE TABLE ablations (
     method VARCHAR,              -- uniform: attention 1/L over the real tokens (Kovaleva et al.) |
                                  --   mask: the head's output times 0 (Michel et al.)
     kind VARCHAR,                -- head | layer | pruned | all_but_one
-    layer TINYINT,               -- head/layer: what was disabled; all_but_one: the layer, and the kept head
-    head TINYINT,
+    layer SMALLINT,              -- head/layer: what was disabled; all_but_one: the layer, and the kept head
+    head SMALLINT,
     pruned_share DOUBLE,         -- pruned: share of all heads masked, least important first
     n_examples INTEGER,
     metric VARCHAR,
@@ -271,7 +273,7 @@ CREATE TABLE ablations (
 CREATE TABLE attention_gradients (
     run_id VARCHAR,              -- the task model's run id, or grads__<corpus>__<model>__<hash> for MLM
     loss VARCHAR,                -- mlm | task:<TASK> (the fine-tuned task loss on its dev data)
-    layer TINYINT,
+    layer SMALLINT,
     target VARCHAR,              -- sep: [SEP] | dot_comma: '.' and ',' | other
     mean_abs_grad DOUBLE,
     n_weights BIGINT             -- attention weights averaged over
@@ -281,8 +283,8 @@ CREATE TABLE attention_gradients (
 CREATE TABLE patterns (
     run_id VARCHAR,
     example_id INTEGER,
-    layer TINYINT,
-    head TINYINT,
+    layer SMALLINT,
+    head SMALLINT,
     vertical DOUBLE,             -- mean over rows of attention to [CLS] and [SEP]
     diagonal DOUBLE,             -- mean over rows of attention to the previous and next token
     block DOUBLE,                -- pair inputs: mean over word-piece rows of attention inside the own segment

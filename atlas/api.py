@@ -421,7 +421,8 @@ class Atlas:
             schema=pl.from_arrow(schemas[name].empty_table()).schema,
             missing_columns="insert",  # files written before a column was added to schema.sql
             extra_columns="ignore",
-            cast_options=pl.ScanCastOptions(categorical_to_string="allow"),  # run ids are dictionary-encoded
+            # run ids are dictionary-encoded; older runs' layers, heads and positions are narrower integers
+            cast_options=pl.ScanCastOptions(categorical_to_string="allow", integer_cast="upcast"),
         )
         derived = [expr.alias(column) for (table, column), expr in POLARS_DERIVED.items() if table == name]
         return scan.with_columns(derived) if derived else scan

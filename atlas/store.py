@@ -314,6 +314,8 @@ class Store:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         con.execute("DROP SCHEMA IF EXISTS declared CASCADE")  # stores written before the .schema files
         for name, schema in table_schemas().items():
+            # union_by_name reads every file's columns in the widest type of any file, the .schema file's (the
+            # declared) among them: older runs' TINYINT layers and SMALLINT positions come as SMALLINT and INTEGER
             pattern = f"data/*/{name}/*.parquet"
             columns = ", ".join(OLDER_RUNS.get((name, c), f'"{c}"') for c in schema.names)
             con.execute(

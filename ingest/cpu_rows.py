@@ -21,7 +21,7 @@ import numba as nb
 import numpy as np
 import torch
 
-from atlas.ingestion.row_batch import RowBatch
+from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 
 # what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]
@@ -345,18 +345,20 @@ class CpuRows:
         # float64 sums stored as float32, as ingest.sparsify would round them
         self.stats = {
             "entropy": np.empty(n_rows, dtype=np.float32),
-            "argmax_tok": np.empty(n_rows, dtype=np.int16),
+            "argmax_tok": np.empty(n_rows, dtype=POSITION_TYPE),
             "masses": np.empty((n_rows, 4 + masks.shape[2]), dtype=np.float32),
             "received": np.empty(n_rows, dtype=np.float32),
         }
         self.words = {
-            "dst_word": np.empty(n_word_rows, dtype=np.int16),
+            "dst_word": np.empty(n_word_rows, dtype=POSITION_TYPE),
             "weight": np.empty(n_word_rows, dtype=np.float32),
-            "from_word": np.empty(n_word_rows, dtype=np.int16),
+            "from_word": np.empty(n_word_rows, dtype=POSITION_TYPE),
             "from_weight": np.empty(n_word_rows, dtype=np.float32),
         }
         total = int(slots.sum())
-        self.edge_dst = np.empty(total, dtype=np.int16)
+        # the slots' destinations: int16 where it holds every position of the batch (a dense batch's slots are as many
+        # as its weights: a third less memory than int32), else the store's type
+        self.edge_dst = np.empty(total, dtype=np.int16 if n_max <= 2**15 else POSITION_TYPE)
         self.edge_w = np.empty(total, dtype=np.float32)
         self.edge_n = np.zeros((n_batch, lh, n_max), dtype=np.int32)
         self.kept_steps = -1.0 if kept_mass is None else kept_mass / weight_step
@@ -392,10 +394,10 @@ class CpuRows:
         each input's count of edges, as computed, before any rounding."""
         n_edges = int(self.edge_n.sum())
         edges = {
-            "layer": np.empty(n_edges, dtype=np.int8),
-            "head": np.empty(n_edges, dtype=np.int8),
-            "src_tok": np.empty(n_edges, dtype=np.int16),
-            "dst_tok": np.empty(n_edges, dtype=np.int16),
+            "layer": np.empty(n_edges, dtype=LAYER_TYPE),
+            "head": np.empty(n_edges, dtype=LAYER_TYPE),
+            "src_tok": np.empty(n_edges, dtype=POSITION_TYPE),
+            "dst_tok": np.empty(n_edges, dtype=POSITION_TYPE),
             "weight": np.empty(n_edges, dtype=np.float32),
         }
         counts = np.zeros(len(self.n), dtype=np.int64)

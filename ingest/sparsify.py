@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from atlas.ingestion.cpu_rows import CpuRows
-from atlas.ingestion.row_batch import RowBatch
+from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 from atlas.ingestion.run_id import MAX_EDGES
 from atlas.ingestion.tensor_rows import TensorRows
 
@@ -69,7 +69,7 @@ WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples
 MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
 ENTROPY_ROUND = 2**7  # sparse setting: entropy keeps 23 - 7 of float32's mantissa bits (17 significant bits)
 MASSES = ("to_self", "to_prev", "to_next", "to_first")  # then to_<target> for each target
-WORD_COLUMNS = {"dst_word": np.int16, "weight": np.float32, "from_word": np.int16, "from_weight": np.float32}
+WORD_COLUMNS = {"dst_word": POSITION_TYPE, "weight": np.float32, "from_word": POSITION_TYPE, "from_weight": np.float32}
 
 
 def _fixed(x: np.ndarray, step: float) -> np.ndarray:
@@ -171,8 +171,8 @@ def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:
     grid = np.repeat(lengths, n_rows)  # each (input, layer and head)'s number of rows
     r = np.repeat(np.tile(np.arange(n_rows), len(lengths)), grid)
     position = np.arange(grid.sum()) - np.repeat(np.cumsum(grid) - grid, grid)
-    keys = {"layer": (r // n_heads).astype(np.int8), "head": (r % n_heads).astype(np.int8)}
-    return Table(keys | {"position": position.astype(np.int16)}, lengths * n_rows)
+    keys = {"layer": (r // n_heads).astype(LAYER_TYPE), "head": (r % n_heads).astype(LAYER_TYPE)}
+    return Table(keys | {"position": position.astype(POSITION_TYPE)}, lengths * n_rows)
 
 
 def _rows(stats: dict[str, np.ndarray], keys: Table, mass_names: list[str], first_is_cls: list[bool]) -> Table:

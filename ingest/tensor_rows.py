@@ -15,12 +15,15 @@ import numpy as np
 import torch
 
 from atlas.ingestion.device import exact_dtype
-from atlas.ingestion.row_batch import RowBatch
+from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 
 Arrays = dict[str, np.ndarray]
 
 FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
 BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work (4 MiB of float32)
+# the store's integer types (ingest.row_batch) as torch's, made on the device before the columns cross to the host
+LAYER = torch.from_numpy(np.zeros(0, dtype=LAYER_TYPE)).dtype
+POSITION = torch.from_numpy(np.zeros(0, dtype=POSITION_TYPE)).dtype
 
 
 def _blocks(n_examples: int, per_example: int) -> Iterator[tuple[int, int]]:
@@ -180,7 +183,7 @@ def _row_stats(
         masses.extend((block @ batch.masks[start:stop, None]).unbind(-1))  # [examples, heads, n] per target
     return {
         "entropy": padding - terms,
-        "argmax_tok": argmax.short(),
+        "argmax_tok": argmax.to(POSITION),
         "masses": torch.stack(masses, dim=-1),
         "received": received,
     }
@@ -210,7 +213,12 @@ def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> di
     words.diagonal(0, -2, -1).fill_(-torch.inf)  # never the word itself
     weight, best = words.max(dim=-1)  # the word each word attends to most (the first of equal weights)
     from_weight, attending = words.max(dim=-2)  # the word attending most to each word
-    return {"dst_word": best.short(), "weight": weight, "from_word": attending.short(), "from_weight": from_weight}
+    return {
+        "dst_word": best.to(POSITION),
+        "weight": weight,
+        "from_word": attending.to(POSITION),
+        "from_weight": from_weight,
+    }
 
 
 def _edges(
@@ -269,12 +277,12 @@ def _edge_columns(
     counts = np.zeros(n_examples, dtype=np.int64)
     columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
     index = torch.arange(n_layers * n_heads, device=parts[0][0].device)
-    layer_of, head_of = (index // n_heads).to(torch.int8), (index % n_heads).to(torch.int8)
+    layer_of, head_of = (index // n_heads).to(LAYER), (index % n_heads).to(LAYER)
     for rows, dst, weight, start, stop in parts:
         counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start).cpu()
         columns["layer"].append(layer_of[rows[:, 1]])
         columns["head"].append(head_of[rows[:, 1]])
-        columns["src_tok"].append(rows[:, 2].to(torch.int16))
-        columns["dst_tok"].append(dst.to(torch.int16))
+        columns["src_tok"].append(rows[:, 2].to(POSITION))
+        columns["dst_tok"].append(dst.to(POSITION))
         columns["weight"].append(weight.float())
     return {name: torch.cat(parts).cpu().numpy() for name, parts in columns.items()}, counts

@@ -31,8 +31,8 @@ WITH runs_used AS (
     SELECT $run AS run_id UNION SELECT coalesce(nullif($select_run, ''), $run)
 ),
 heads AS (  -- every head of the runs
-    SELECT run_id, layer, unnest(range(n_heads))::TINYINT AS head
-    FROM (SELECT run_id, n_heads, unnest(range(n_layers))::TINYINT AS layer FROM runs
+    SELECT run_id, layer, unnest(range(n_heads))::SMALLINT AS head
+    FROM (SELECT run_id, n_heads, unnest(range(n_layers))::SMALLINT AS layer FROM runs
           WHERE run_id IN (SELECT run_id FROM runs_used))
 ),
 m AS (
@@ -63,7 +63,7 @@ same_head AS (
     FROM earlier WHERE b_form = head_form GROUP BY ALL
 ),
 predictions AS (
-    SELECT 'nearest mention' AS predictor, NULL::TINYINT AS layer, NULL::TINYINT AS head,
+    SELECT 'nearest mention' AS predictor, NULL::SMALLINT AS layer, NULL::SMALLINT AS head,
            t.run_id, t.example_id, t.mention_id, t.mention_type, n.word
     FROM targets t JOIN nearest n USING (run_id, example_id, mention_id)
     UNION ALL

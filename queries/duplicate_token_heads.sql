@@ -49,8 +49,8 @@ ceiling AS (
 ),
 heads AS (
     SELECT l.layer, h.head
-    FROM (SELECT unnest(range(n_layers))::TINYINT AS layer FROM runs WHERE run_id = $run) l,
-         (SELECT unnest(range(n_heads))::TINYINT AS head FROM runs WHERE run_id = $run) h
+    FROM (SELECT unnest(range(n_layers))::SMALLINT AS layer FROM runs WHERE run_id = $run) l,
+         (SELECT unnest(range(n_heads))::SMALLINT AS head FROM runs WHERE run_id = $run) h
 )
 SELECT
     heads.layer + 1 AS layer,

@@ -159,7 +159,7 @@ def test_the_parquet_files_hold_only_types_every_engine_reads(store):
                 assert "isSigned=false" not in logical and not logical.startswith(("UUID", "Interval")), column.path
                 assert "isAdjustedToUTC=true" not in logical, column.path
     assert files("s3a://bucket/atlas-store/", "attn_edges") == "s3a://bucket/atlas-store/data/*/attn_edges/*.parquet"
-    assert schema_ddl("attn_edges").startswith("`run_id` STRING, `example_id` INT, `layer` TINYINT")
+    assert schema_ddl("attn_edges").startswith("`run_id` STRING, `example_id` INT, `layer` SMALLINT")
 
 
 # ---- Spark ---------------------------------------------------------------------------------------------------

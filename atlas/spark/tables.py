@@ -4,7 +4,9 @@ and the derived columns of older runs (what ``Store``'s DuckDB views give, in Sp
 The files of table T are ``STORE/data/*/T/*.parquet``: one folder per run (``run_id`` is a column of every
 file, so the folders are not partitions to infer) and ``data/.schema/T/empty.parquet``, no rows and every
 declared column, so the glob always matches. Files written before a column was added lack it; read with
-the declared schema, it is NULL there, as DuckDB's ``union_by_name`` gives it.
+the declared schema, it is NULL there, as DuckDB's ``union_by_name`` gives it; files of older runs whose layers,
+heads and positions are narrower integers (TINYINT, SMALLINT) are read widened to the declared types (Spark's
+Parquet readers, vectorised or not, widen a narrower integer to a wider one), as DuckDB's views read them.
 """
 
 from __future__ import annotations
