@@ -11,6 +11,7 @@ whole map). A forward batch of one input, no padding.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 
 import numpy as np
@@ -23,6 +24,24 @@ from atlas.ingestion.tensor_rows import _Batch, _edges
 
 Arrays = dict[str, np.ndarray]
 EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MAPPED = 1 << 20  # on a CPU, allocations from this size on are mapped and unmapped each time (see _map_large)
+_mapped = False
+
+
+def _map_large() -> None:
+    """Have glibc map every allocation of MAPPED bytes or more and unmap it when freed, for the rest of the process.
+    By default glibc raises that threshold as large blocks are freed (to 32 MiB), then serves a block's temporaries
+    from its heap, between the small tensors kept from earlier blocks, and the heap grew with every block: an
+    8,191-token input added 1,760 MB, 256 MB with this (2 layers x 4 heads, 68 blocks a layer). A no-op without
+    glibc."""
+    global _mapped
+    if not _mapped:
+        _mapped = True
+        try:
+            ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MAPPED)
+        except (OSError, AttributeError):
+            pass
 
 
 def cuts(token_word: list[int | None]) -> np.ndarray:
@@ -45,9 +64,17 @@ class BlockRows:
         self.rows_per_block = max(1, block_weights // (batch.n_heads * self.n))
         self.cuts = cuts(list(batch.token_words[0]))
         self.words = batch.word_rows[0]  # words with word rows: 0 or 2 or more
-        owned = [w for w in batch.token_words[0] if w is not None and w < self.words]
-        self.has_pieces = torch.zeros(self.words, dtype=torch.bool)  # the words with pieces of their own
-        self.has_pieces[owned] = True
+        # on the host: each word's first piece (-1: none of its own), and every other piece of a word with its word
+        self.first_tok = np.full(self.words, -1, dtype=np.int64)
+        continuations = []
+        for t, w in enumerate(batch.token_words[0]):
+            if w is not None and w < self.words:
+                if self.first_tok[w] < 0:
+                    self.first_tok[w] = t
+                else:
+                    continuations.append((t, w))
+        self.cont_tok, self.cont_word = np.array(continuations, dtype=np.int64).reshape(-1, 2).T
+        self.pieceless = bool((self.first_tok < 0).any())
         self.shape: _Batch | None = None  # the word structure, on the maps' device (made with the first block)
         self.stats: list[dict[str, list[torch.Tensor]]] = []  # per layer, per name, the blocks' [heads, rows]
         self.word_stats: list[dict[str, torch.Tensor]] = []  # per layer: [heads, words]
@@ -67,9 +94,10 @@ class BlockRows:
         """The float32 probabilities ``[1, heads, rows, n]`` of the rows from ``start`` on of layer ``layer``."""
         spec = self.batch
         if self.shape is None:
+            if probs.device.type == "cpu":
+                _map_large()
             self.shape = _Batch(probs.device, self.n, spec.lengths, spec.token_words, spec.n_words, spec.masks,
-                                spec.first_piece)  # fmt: skip
-            self.has_pieces = self.has_pieces.to(probs.device)
+                                spec.first_piece, whole=False)  # fmt: skip
         if layer == len(self.stats):
             self._new_layer(probs)
         block = probs[0]
@@ -114,32 +142,33 @@ class BlockRows:
 
     def _word_rows(self, layer: int, block: torch.Tensor, start: int, stop: int) -> None:
         """The word-level rows of the words whose first piece is in the block (all their pieces are), and the running
-        maximum of each word's column."""
-        shape, w = self.shape, self.words
+        maximum of each word's column. Which words and pieces those are is found on the host (no wait for the
+        device)."""
+        shape, w, device = self.shape, self.words, block.device
         heads, rows, n = block.shape
-        first = shape.first[0]
-        mine = torch.nonzero((first[:w] >= start) & (first[:w] < stop) & self.has_pieces)[:, 0]
+        mine = np.flatnonzero((self.first_tok >= start) & (self.first_tok < stop))
         if not len(mine):
             return
-        cont_tok, cont_word = shape.cont_tok[0], shape.cont_word[0]
+        inside = (self.cont_tok >= start) & (self.cont_tok < stop)
+        tok, word = self.cont_tok[inside] - start, np.searchsorted(mine, self.cont_word[inside])
+        first_rows, tok, word, mine = (torch.from_numpy(a).to(device) for a in (self.first_tok[mine] - start, tok,
+                                                                               word, mine))  # fmt: skip
         # TO a word: the sum over its pieces (columns), as tensor_rows sums them
+        first, cont_tok, cont_word = shape.first[0], shape.cont_tok[0], shape.cont_word[0]
         to_words = block.gather(-1, first[None, None, :].expand(heads, rows, w + 1))
         if cont_tok.numel():
             extra = block.gather(-1, cont_tok[None, None, :].expand(heads, rows, len(cont_tok)))
             to_words.scatter_add_(-1, cont_word[None, None, :].expand(heads, rows, len(cont_tok)), extra)
         # FROM a word: the mean over its pieces (rows), or its first piece's row
-        slot = torch.full((w + 1,), len(mine), dtype=torch.long, device=block.device)  # the block's words' places
-        slot[mine] = torch.arange(len(mine), device=block.device)
-        words = to_words.gather(-2, (first[mine] - start)[None, :, None].expand(heads, len(mine), w + 1))
-        inside = (cont_tok >= start) & (cont_tok < stop) & (cont_word < w)
-        if inside.any() and not shape.first_piece:
-            tok, word = cont_tok[inside] - start, slot[cont_word[inside]]
+        words = to_words.gather(-2, first_rows[None, :, None].expand(heads, len(mine), w + 1))
+        if len(tok) and not shape.first_piece:
             extra = to_words.gather(-2, tok[None, :, None].expand(heads, len(tok), w + 1))
             words.scatter_add_(-2, word[None, :, None].expand(heads, len(tok), w + 1), extra)
-        words = words[:, :, :w] * shape.word_scale[0, mine][None]
-        if shape.word_mask is not None:
-            words += shape.word_mask[0, mine][None]
-        words[:, torch.arange(len(mine), device=block.device), mine] = -torch.inf  # never the word itself
+        words = words[:, :, :w] * (shape.row_scale[0, mine][:, None] * shape.real[0][None, :])[None]
+        if self.pieceless:  # -inf from and to a word without pieces of its own
+            never = shape.pieceless[0, mine][:, None] | shape.pieceless[0][None, :]
+            words += torch.where(never, -torch.inf, 0.0)[None]
+        words[:, torch.arange(len(mine), device=device), mine] = -torch.inf  # never the word itself
         stats = self.word_stats[layer]
         weight, best = words.max(dim=-1)
         stats["weight"][:, mine], stats["dst_word"][:, mine] = weight, best

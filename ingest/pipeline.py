@@ -41,9 +41,13 @@ from atlas.ingestion.stages import stage, staged
 from atlas.ingestion.write import (
     ATTENTION_TABLES,
     EXAMPLE_TABLES,
+    PART_ROWS,
+    PARTS,
     WRITE_ORDER,
     WRITERS,
     ChunkRows,
+    clear_chunk,
+    parts,
     write_chunk,
     write_table,
 )
@@ -164,7 +168,7 @@ def _prepare_chunk(
     batches: deque[_Batch] = deque()
     for batch in _batches([e for e in examples if not e.skipped], n_attn, budget.batch_weights):
         layouts = [laid[e.example_id] for e in batch]
-        long = by_rows and len(batch) == 1 and n_attn * batch[0].n_tokens**2 > budget.batch_weights
+        long = by_rows and len(batch) == 1 and n_attn * batch[0].n_tokens ** 2 > budget.batch_weights
         rows_of = BatchRows(
             device,
             lm.n_layers,
@@ -195,12 +199,12 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Pr
         while chunk.batches:
             batch = chunk.batches.popleft()
             ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
-            with stage("model", device):
+            with stage("model", device, gaps=True):
                 if batch.rows.by_rows is not None:
                     stream_rows(lm, ids, device, batch.rows.by_rows.bounds, _timed(batch.rows.by_rows.rows, device))
                 else:
                     stream_attention(lm, ids, device, _timed(batch.rows.layer, device))
-            if device.type == "cpu":
+            if not _pipelined(settings):
                 _collect(chunk.rows, batch, progress)
                 continue
             if behind is not None:
@@ -210,6 +214,12 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Pr
             behind.result()
     progress.ran(chunk.n_skipped)
     return chunk.rows
+
+
+def _pipelined(settings: Settings) -> bool:
+    """Whether the ingest runs as a pipeline of threads: beside an accelerator, whose forward passes leave the host's
+    cores free (on a CPU the model's threads take them all)."""
+    return resolve_device(settings.device).type != "cpu"
 
 
 def _timed(take: Callable, device: torch.device) -> Callable:
@@ -256,9 +266,9 @@ def _write_chunk(
     _mark_done(counts, marker)
 
 
-def _write(staging: Path, chunk: int, name: str, table: pa.Table, dense: bool) -> None:
+def _write(staging: Path, chunk: int, name: str, table: pa.Table, dense: bool, part: int | None) -> None:
     with stage("writing"):
-        write_table(staging, chunk, name, table, dense)
+        write_table(staging, chunk, name, table, dense, part)
 
 
 def _mark_done(
@@ -372,7 +382,7 @@ def _stage_chunks(
     # Each table is handed to the writers as soon as it is built, the attention tables first: the writing of one
     # overlaps the building of the next (the first 4,000 sentences of UD EWT train, by turns: 13.2, 13.2, 13.3 and
     # 13.7 s against 13.7, 13.8, 13.9 and 13.9 s built all before the writing).
-    background = resolve_device(settings.device).type != "cpu"
+    background = _pipelined(settings)
     budget = _budget(lm, settings)
 
     def read() -> Iterator[tuple[int, list[Example], dict | None, _Chunk | None]]:
@@ -385,7 +395,7 @@ def _stage_chunks(
 
     with (
         _frozen_heap() as freeze,
-        ThreadPoolExecutor(max_workers=WRITERS, initializer=_yield_to_the_model) as writers,
+        ThreadPoolExecutor(max_workers=PARTS if background else WRITERS, initializer=_yield_to_the_model) as writers,
         ThreadPoolExecutor(max_workers=1) as marking,
         tqdm(total=corpus.n_sentences, unit="sent", desc="ingest", disable=not progress) as bar,
     ):
@@ -407,11 +417,15 @@ def _stage_chunks(
                 if pending is not None:
                     with stage("waiting for the writers"):
                         pending.result()
+                clear_chunk(staging, chunk)
                 writes = []
                 for name in WRITE_ORDER:
                     with stage("tables"):
                         table = rows.table(name)
-                    writes.append(writers.submit(_write, staging, chunk, name, table, rows.dense))
+                    cut = min(PARTS, -(-table.num_rows // PART_ROWS)) if background else 1
+                    for part, piece in enumerate(parts(table, cut) if cut > 1 else [table]):
+                        write = (staging, chunk, name, piece, rows.dense, part if cut > 1 else None)
+                        writes.append(writers.submit(_write, *write))
                 freeze()
                 pending = marking.submit(_mark_done, counts, marker, writes, lambda n=n_sent: progress.wrote(n))
             for key in totals:

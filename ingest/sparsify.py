@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from atlas.ingestion.block_rows import BlockRows
 from atlas.ingestion.cpu_rows import CpuRows
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 from atlas.ingestion.run_id import MAX_EDGES
@@ -97,6 +98,7 @@ class BatchRows:
         max_edges: int | None = MAX_EDGES,
         causal: bool = False,
         first_piece: bool = False,
+        block_weights: int | None = None,
     ) -> None:
         n_max = max(lengths)
         self.names = list(targets[0]) if targets else []
@@ -113,7 +115,9 @@ class BatchRows:
         # the rows' layer, head and position (and the word rows'), known before the maps
         self.row_keys = _keys(np.asarray(lengths, dtype=np.int64), n_layers, n_heads)
         self.word_keys = _keys(np.asarray(batch.word_rows, dtype=np.int64), n_layers, n_heads)
-        self.arrays = (CpuRows if device.type == "cpu" else TensorRows)(batch)
+        # block_weights: an input too long for its whole maps, read in blocks of rows of that many weights
+        self.by_rows = None if block_weights is None else BlockRows(batch, block_weights)
+        self.arrays = self.by_rows or (CpuRows if device.type == "cpu" else TensorRows)(batch)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""

@@ -18,6 +18,8 @@ T = TypeVar("T")
 _clock: dict[str, float] | None = None  # while timing: seconds per stage
 _local = threading.local()  # each thread's open stages: [seconds of the stages inside, ...]
 _lock = threading.Lock()
+_last: dict[str, float] = {}  # while timing: when the last stage of each name that counts its gaps ended
+WAITING = "waiting for the host"  # the gaps between the model's stages: the device idle, this ingest's host at work
 
 
 def _wait(device: torch.device | None) -> None:
@@ -28,25 +30,31 @@ def _wait(device: torch.device | None) -> None:
 
 
 @contextmanager
-def stage(name: str, device: torch.device | None = None) -> Iterator[None]:
-    """Count the block's seconds as stage ``name`` (less those of stages inside it); ``device``: wait for its work."""
+def stage(name: str, device: torch.device | None = None, gaps: bool = False) -> Iterator[None]:
+    """Count the block's seconds as stage ``name`` (less those of stages inside it); ``device``: wait for its work;
+    ``gaps``: count the time from the end of one such stage to the start of the next as ``WAITING``."""
     if _clock is None:
         yield
         return
     inner = _local.__dict__.setdefault("open", [])
     inner.append(0.0)
     start = time.perf_counter()
+    if gaps and name in _last:
+        with _lock:
+            _clock[WAITING] += start - _last[name]
     try:
         yield
         _wait(device)
     finally:
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
         nested = inner.pop()
         if inner:
-            inner[-1] += seconds
+            inner[-1] += end - start
         with _lock:
             if _clock is not None:
-                _clock[name] += seconds - nested
+                _clock[name] += end - start - nested
+                if gaps:
+                    _last[name] = end
 
 
 def staged(name: str, items: Iterable[T]) -> Iterator[T]:
@@ -66,6 +74,7 @@ def timing() -> Iterator[dict[str, float]]:
     """Keep the seconds of every stage while active, in the dict yielded."""
     global _clock
     _clock = defaultdict(float)
+    _last.clear()
     try:
         yield _clock
     finally:

@@ -37,7 +37,7 @@ class _Batch:
 
     def __init__(
         self, device: torch.device, n_max: int, lengths: Sequence[int], token_words: Sequence[Sequence[int | None]],
-        n_words: Sequence[int], masks: np.ndarray, first_piece: bool = False,
+        n_words: Sequence[int], masks: np.ndarray, first_piece: bool = False, whole: bool = True,
     ) -> None:  # fmt: skip
         self.lengths = list(lengths)
         self.w_max = w_max = max(n_words)
@@ -71,15 +71,19 @@ class _Batch:
         self.first, self.cont_tok, self.cont_word = (
             torch.from_numpy(a).to(device) for a in (first, cont_tok, cont_word)
         )
-        # [batch, words, words]: FROM a word the mean over its pieces (or its first piece's row); 0 where either word
-        # is past the input's own
-        scale = (real / (1 if first_piece else pieces))[:, :, None] * real[:, None, :]
-        self.word_scale = torch.from_numpy(scale).to(device, torch.float32)
+        # FROM a word the mean over its pieces (or its first piece's row): each word's row scaled by this, 0 past the
+        # input's own words, and each column by ``real`` (1 for the input's own words, else 0); with ``whole``, the
+        # product [batch, words, words] (an input read by rows takes a block's rows of it: ingest.block_rows)
+        row_scale = real / (1 if first_piece else pieces)
+        self.row_scale, self.real = (torch.from_numpy(a).to(device, torch.float32) for a in (row_scale, real))
+        self.pieceless = torch.from_numpy(pieceless).to(device)
         # -inf from and to a word without pieces: never a prediction (its own rows are filler, dropped later)
-        self.word_mask = None
-        if pieceless.any():
-            never = pieceless[:, :, None] | pieceless[:, None, :]
-            self.word_mask = torch.from_numpy(np.where(never, -np.inf, 0.0)).to(device, torch.float32)
+        self.word_scale = self.word_mask = None
+        if whole:
+            self.word_scale = torch.from_numpy(row_scale[:, :, None] * real[:, None, :]).to(device, torch.float32)
+            if pieceless.any():
+                never = pieceless[:, :, None] | pieceless[:, None, :]
+                self.word_mask = torch.from_numpy(np.where(never, -np.inf, 0.0)).to(device, torch.float32)
         self.masks = torch.from_numpy(masks.astype(np.float32)).to(device)
 
 
@@ -249,7 +253,8 @@ def _edges(
     key.add_(torch.arange(n - 1, -1, -1, device=block.device, dtype=dtype))
     key.scatter_add_(-1, argmax, torch.full(argmax.shape, 2**bits, device=block.device, dtype=dtype))
     k = min(max_edges or n, n)
-    top = torch.sort(key, dim=-1).values[..., -k:].flip(-1).to(torch.int32 if dtype == torch.float32 else dtype)
+    # the k largest keys, largest first (keys are distinct: the position is in them)
+    top = torch.topk(key, k, dim=-1).values.to(torch.int32 if dtype == torch.float32 else dtype)
     steps = top >> (bits + 1)
     before = steps.cumsum(dim=-1, dtype=steps.dtype) - steps
     keep = (before < kept_mass / weight_step) & (steps > 0)  # a prefix of the ranked row

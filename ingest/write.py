@@ -16,7 +16,9 @@ from atlas.store import to_table, write_parquet
 
 EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
-WRITERS = 2  # threads writing a chunk's tables
+WRITERS = 2  # threads writing a chunk's tables (on a CPU, where the model's threads take the other cores)
+PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written as several files at once (PARTS)
+PARTS = 8  # at most, each by a writer thread of its own
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
@@ -175,11 +177,26 @@ def _copy_blocks(parts: list[np.ndarray], blocks: list[tuple[int, int, int, int]
     return out
 
 
-def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bool) -> None:
+def parts(table: pa.Table, n: int) -> list[pa.Table]:
+    """``table`` in ``n`` slices of consecutive rows (no copy), each written as a file of its own (``write_table``'s
+    ``part``): the rows of a table are the same, in the same order, in one file or in several."""
+    size = -(-table.num_rows // n)
+    return [table.slice(start, size) for start in range(0, max(table.num_rows, 1), size or 1)]
+
+
+def clear_chunk(run_dir: Path, chunk: int) -> None:
+    """Remove what an interrupted run left of a chunk not marked done (its files may have been cut in other parts)."""
+    for pattern in (f"*/part-{chunk:05d}.parquet", f"*/part-{chunk:05d}-*.parquet"):
+        for path in run_dir.glob(pattern):
+            path.unlink()
+
+
+def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bool, part: int | None = None) -> None:
     """Write table ``name`` of a chunk (one of ``ChunkRows.tables``). The attention tables' encodings are known
     without a pass over their values: in a sparse run every float but the entropy is fixed point or float16 (a
     dictionary), in a dense one (``dense``) none is; min/max statistics only on the columns a query filters rows by.
-    Of those (sorted runs of integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than
+    ``part``: the chunk's table is cut in files (``parts``), this is one. Of those
+    (sorted runs of integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than
     with a dictionary on UD EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), the others are left to
     zstd alone, as small and cheaper still (the example, layer and head: runs of one value; a row's source token or
     word: the sequence 0, 1, ... repeated; on UD EWT dev 10 % less CPU time for writing the attention tables than
@@ -191,12 +208,14 @@ def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bo
         statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
         delta = ["src_tok"] if name == "attn_edges" else []
         plain = [c for c in statistics if c != "run_id" and c not in delta]
-    write_parquet(table, run_dir / name / f"part-{chunk:05d}.parquet", split, statistics, delta, plain)
+    file = f"part-{chunk:05d}.parquet" if part is None else f"part-{chunk:05d}-{part:02d}.parquet"
+    write_parquet(table, run_dir / name / file, split, statistics, delta, plain)
 
 
 def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table], dense: bool) -> None:
     """Write a chunk's tables (``ChunkRows.tables``), two at a time (pyarrow encodes without the GIL; in
     ``WRITE_ORDER``: the chunk's writing takes about the time of attn_edges alone)."""
+    clear_chunk(run_dir, chunk)
     with ThreadPoolExecutor(max_workers=WRITERS) as pool:
         for done in [pool.submit(write_table, run_dir, chunk, name, tables[name], dense) for name in WRITE_ORDER]:
             done.result()

@@ -49,7 +49,7 @@ def stream_attention(
     layer's weighted values, feed-forward block, any pooler or head) is not needed (on the embedded model 13 %
     of the forward pass's CPU time)."""
     kwargs = model_inputs(lm, inputs, device)
-    future = None
+    future = None  # checked on the first layer: every layer's mask is the model's causal mask (or a window of it)
     if lm.decoder:  # an input's own rows (a padding token's row may attend anywhere)
         longest = kwargs["input_ids"].shape[1]
         rows = torch.arange(longest, device=device) < kwargs["attention_mask"].sum(dim=1)[:, None]
@@ -59,7 +59,7 @@ def stream_attention(
     def take(probs: torch.Tensor) -> None:
         nonlocal captured
         probs = probs.float()
-        if future is not None and probs.masked_select(future).any():
+        if future is not None and captured == 0 and probs.masked_select(future).any():
             raise AtlasError(
                 f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
             )
@@ -112,7 +112,7 @@ def stream_rows(
     kwargs = model_inputs(lm, inputs, device)
 
     def take(layer: int, start: int, probs: torch.Tensor) -> None:
-        if lm.decoder and probs.triu(start + 1).any():
+        if lm.decoder and layer == 0 and probs.triu(start + 1).any():
             raise AtlasError(
                 f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
             )

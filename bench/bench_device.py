@@ -1,0 +1,287 @@
+"""Ingest benchmark against the model's own forward passes, measured side by side in one run, on any device.
+
+    python bench/bench_device.py CORPUS [--format conllu|repeated] [--length N --count K]
+        [--pack window --max-length N] [--model FOLDER] [--random-init] [--config KEY=VALUE ...]
+        [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda|mps] [--repeat N] [--passes N]
+        [--no-warm-up]
+    python bench/bench_device.py --memory 1023 4095 [--count K] --model FOLDER --random-init --config ...
+
+For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
+1. the inputs: read, aligned and grouped into the ingest's forward batches beforehand, their seconds;
+2. on the device alone, over those prepared batches (the median of --passes passes each): (a) the model's eager
+   forward pass with every layer's attention captured, in the run's dtype (an input read by rows: its attention
+   computed block by block, as the ingest computes it), and (b) the model's forward pass with PyTorch's SDPA
+   attention in bfloat16, which gives no attention weights: what the model costs a user who wants none;
+3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), and the device's peak
+   memory during it;
+4. ``## stages``: one more ingest with each stage timed (ingest.stages: the device waited for at each stage's end,
+   so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
+   to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
+   host, the tables, the writing, the main thread waiting for the writers, and the device waiting for the host
+   (the gaps between the model's forward batches);
+5. with --memory L1 L2 ...: for repeated random tokens of each length (inputs of 2 L + 1 tokens with a BOS), the
+   memory an ingest adds to the loaded model's, each ingest in a process of its own: on a CPU the peak resident
+   memory less the resident memory before the ingest, on CUDA the peak allocated device memory less that before;
+   and each length's ratio to the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
+from atlas.ingestion.device import resolve_device, resolve_dtype  # noqa: E402
+from atlas.ingestion.examples import Inputs  # noqa: E402
+from atlas.ingestion.pipeline import _budget, _prepare_chunk, chunks, ingest  # noqa: E402
+from atlas.ingestion.repeated import Repeated  # noqa: E402
+from atlas.ingestion.run_id import Settings  # noqa: E402
+from atlas.ingestion.stages import WAITING, timing  # noqa: E402
+from atlas.model.capture import reading_rows, recording  # noqa: E402
+from atlas.model.forward import model_inputs  # noqa: E402
+from atlas.model.identity import config_overrides  # noqa: E402
+from atlas.model.kinds import is_decoder  # noqa: E402
+from atlas.model.load import LoadedModel, load_model  # noqa: E402
+from atlas.store import Store  # noqa: E402
+
+STAGES = (
+    "reading and aligning", "model", "row work", "to the host", "tables", "writing", "waiting for the writers", WAITING,
+)  # fmt: skip
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+class _Blocks:
+    """A row sink that computes nothing from the blocks: the forward pass of an input read by rows, alone."""
+
+    def __init__(self, bounds) -> None:
+        self._bounds = bounds
+
+    def bounds(self, n: int):
+        return self._bounds(n)
+
+    def rows(self, start: int, probs: torch.Tensor) -> None:
+        pass
+
+
+def prepared(lm: LoadedModel, corpus: CorpusInfo, settings: Settings) -> tuple[list[tuple[dict, object]], float, int]:
+    """The ingest's forward batches, read, aligned and grouped, as the model's keyword arguments on the device (and,
+    for an input read by rows, its blocks' bounds); the seconds that took; the inputs' attention weights."""
+    device = resolve_device(settings.device)
+    start = time.perf_counter()
+    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    budget = _budget(lm, settings)
+    batches, weights = [], 0
+    for block in chunks(corpus, lm, settings, inputs):
+        chunk = _prepare_chunk(lm, inputs, "bench", block, settings, budget)
+        for batch in chunk.batches:
+            ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
+            weights += lm.n_layers * lm.n_heads * sum(len(i) ** 2 for i, _ in ids)
+            by_rows = batch.rows.by_rows
+            batches.append((model_inputs(lm, ids, device), None if by_rows is None else by_rows.bounds))
+    _sync(device)
+    return batches, time.perf_counter() - start, weights
+
+
+def timed(run, device: torch.device, repeats: int) -> float:
+    """The median seconds of ``run()`` (the device's work waited for), run ``repeats`` times."""
+    seconds = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        run()
+        _sync(device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def eager_with_capture(lm: LoadedModel, batches: list, device: torch.device, passes: int) -> float:
+    def run() -> None:
+        with torch.inference_mode():
+            for kwargs, bounds in batches:
+                if bounds is None:
+                    with recording(lambda _probs: None):
+                        lm.model(**kwargs)
+                else:
+                    with reading_rows(_Blocks(bounds)):
+                        lm.model(**kwargs)
+
+    return timed(run, device, passes)
+
+
+def sdpa_bfloat16(lm: LoadedModel, batches: list, device: torch.device, passes: int) -> float:
+    model = copy.deepcopy(lm.model).to(torch.bfloat16)
+    model.set_attn_implementation("sdpa")
+
+    def run() -> None:
+        with torch.inference_mode():
+            for kwargs, _bounds in batches:
+                model(**kwargs)
+
+    return timed(run, device, passes)
+
+
+def corpus_of(args: argparse.Namespace) -> CorpusInfo:
+    if args.format == "repeated":
+        return check_corpus(Path(Repeated(args.length, args.count, args.sample_seed).name), "repeated")
+    return check_corpus(args.corpus)
+
+
+def model_of(args: argparse.Namespace, dtype: str) -> LoadedModel:
+    return load_model(args.model, random_init=args.random_init, seed=0, dtype=dtype, **config_overrides(args.config))
+
+
+def rss_mb() -> float:
+    """This process's resident memory now (MB)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def memory_child(args: argparse.Namespace) -> None:
+    """One ingest of repeated tokens of length ``args.length``; prints what it adds to the memory, as JSON."""
+    settings = settings_of(args)
+    lm = model_of(args, settings.dtype)
+    device = resolve_device(settings.device)
+    lm.model.to(device)
+    corpus = corpus_of(args)
+    before = rss_mb()
+    device_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    with tempfile.TemporaryDirectory() as work:
+        ingest(corpus, Store(Path(work) / "store"), lm, settings, progress=False)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    added = {"host_mb": peak - before, "device_mb": 0.0}
+    if device.type == "cuda":
+        added["device_mb"] = (torch.cuda.max_memory_allocated(device) - device_before) / 2**20
+    print(json.dumps(added))
+
+
+def memory(args: argparse.Namespace) -> None:
+    print(f"## memory an ingest adds to the loaded model's ({args.count} inputs of repeated random tokens each)")
+    print(f"{'length':>7} {'tokens':>7} {'host MB':>9} {'ratio':>6} {'device MB':>10} {'ratio':>6}")
+    first = None
+    for length in args.memory:
+        passed = [a for a in sys.argv[1:] if a not in map(str, args.memory) and a != "--memory"]
+        command = [sys.executable, __file__, *passed, "--memory-child", "--length", str(length)]
+        out = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        added = json.loads(out)
+        first = first or added
+        host = added["host_mb"] / first["host_mb"]
+        dev = added["device_mb"] / first["device_mb"] if first["device_mb"] else float("nan")
+        tokens = 2 * length + 1
+        print(f"{length:>7} {tokens:>7} {added['host_mb']:>9.0f} {host:>6.2f} {added['device_mb']:>10.0f} {dev:>6.2f}")
+
+
+def settings_of(args: argparse.Namespace) -> Settings:
+    dtype = resolve_dtype(args.dtype, args.device)
+    return Settings(
+        kept_mass=args.kept_mass, max_length=args.max_length, pack=args.pack, device=args.device, dtype=dtype
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("corpus", type=Path, nargs="?", default=Path("-"))
+    parser.add_argument("--format", choices=["conllu", "repeated"], default="conllu")
+    parser.add_argument("--length", type=int, default=50)
+    parser.add_argument("--count", type=int, default=10)
+    parser.add_argument("--sample-seed", type=int, default=0)
+    parser.add_argument("--kept-mass", type=float, default=Settings().kept_mass)
+    parser.add_argument("--pack", choices=["none", "pair", "window"], default="none")
+    parser.add_argument("--max-length", type=int, default=None)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--model", default=None, help="HF id or folder (default: the embedded model)")
+    parser.add_argument("--random-init", action="store_true")
+    parser.add_argument("--config", action="append", default=[], help="KEY=VALUE (JSON) for the model's config")
+    parser.add_argument("--repeat", type=int, default=3, help="ingests timed (the median is reported)")
+    parser.add_argument("--passes", type=int, default=3, help="forward passes (a) and (b) timed (the median)")
+    parser.add_argument("--no-warm-up", action="store_true", help="no ingest before the timed ones")
+    parser.add_argument("--memory", type=int, nargs="+", default=None, help="lengths of repeated random tokens")
+    parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_child:
+        args.format = "repeated"
+        memory_child(args)
+        return
+    if args.memory:
+        args.format = "repeated"
+        memory(args)
+        return
+    settings = settings_of(args)
+    device = resolve_device(settings.device)
+    lm = model_of(args, settings.dtype)
+    lm.model.to(device)
+    corpus = corpus_of(args)
+    name = corpus.name if args.format == "repeated" else args.corpus.name
+    print(
+        f"# {name}: {corpus.n_sentences:,} sentences; model {lm.name}{' random init' if lm.random_init else ''} "
+        f"({lm.n_layers} x {lm.n_heads} heads, hidden {lm.model.config.hidden_size}); {settings.dtype}; device "
+        f"{device}{' ' + torch.cuda.get_device_name(device) if device.type == 'cuda' else ''}; "
+        f"{os.cpu_count()} CPU cores; pack {args.pack}, max length {args.max_length or lm.max_positions}"
+    )
+    work = Path(tempfile.mkdtemp(prefix="atlas-bench-"))
+    try:
+        if not args.no_warm_up:  # compiles the CPU's pass, warms the device's kernels
+            ingest(corpus, Store(work / "warm-up"), lm, settings, progress=False)
+        batches, prepare_s, weights = prepared(lm, corpus, settings)
+        longest = max(kwargs["input_ids"].shape[1] for kwargs, _ in batches)
+        print(f"inputs: {len(batches)} forward batches, longest input {longest:,} tokens, {weights:,} attention "
+              f"weights; read, aligned and grouped beforehand in {prepare_s:.2f} s")  # fmt: skip
+        eager = eager_with_capture(lm, batches, device, args.passes)
+        sdpa = sdpa_bfloat16(lm, batches, device, args.passes)
+        del batches
+        ingests, peaks = [], []
+        for k in range(args.repeat):
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            start = time.perf_counter()
+            ingest(corpus, Store(work / f"store{k}"), lm, settings, progress=False)
+            ingests.append(time.perf_counter() - start)
+            peaks.append(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0)
+            shutil.rmtree(work / f"store{k}")
+        seconds = statistics.median(ingests)
+        print("\n## time, s")
+        print(f"(a) eager forward with capture, {settings.dtype}, device alone   {eager:9.3f}")
+        print(f"(b) SDPA forward, bfloat16, device alone                  {sdpa:9.3f}")
+        print(f"ingest (median of {args.repeat}: {', '.join(f'{s:.2f}' for s in ingests)})"
+              f"{' ' * max(0, 22 - 6 * args.repeat)} {seconds:9.3f}")  # fmt: skip
+        print(f"ingest / (a)                                              {seconds / eager:9.2f}")
+        print(f"ingest / (b)                                              {seconds / sdpa:9.2f}")
+        if device.type == "cuda":
+            print(f"peak GPU memory during an ingest: {max(peaks):.1f} GiB")
+        with timing() as clock:
+            start = time.perf_counter()
+            ingest(corpus, Store(work / "staged"), lm, settings, progress=False)
+            wall = time.perf_counter() - start
+        print(f"\n## stages (one more ingest, each stage waited for: {wall:.2f} s)")
+        print("| stage | s | share of the ingest |\n|---|---|---|")
+        for stage in STAGES:
+            print(f"| {stage} | {clock.get(stage, 0.0):.3f} | {clock.get(stage, 0.0) / wall:.0%} |")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Model folders of a published model's shape, for random-weight benchmarks with no download: a config of that shape
+and a tokenizer trained here, offline, on the shipped samples' text.
+
+    python bench/shapes.py llama-3.2-1b FOLDER   # 16 layers x 32 heads, 8 KV heads, hidden 2048, vocabulary 128,256
+    python bench/shapes.py bert-base FOLDER      # 12 layers x 12 heads, hidden 768 (the embedded model's tokenizer)
+
+Then ``--model FOLDER --random-init``. Llama-3.2-1B's config as published (its RoPE scaling left out: the same
+work); its tokenizer here is a byte-level BPE of at most 8,192 pieces (7,953 from the samples) with Llama 3's split
+pattern and ``<|begin_of_text|>`` first (the drawn or read ids stay below the model's vocabulary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import BertConfig, LlamaConfig, PreTrainedTokenizerFast
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from atlas.model.identity import default_model_path  # noqa: E402
+
+SAMPLES = Path(__file__).resolve().parent.parent / "samples"
+LLAMA3_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+"
+)
+BOS, EOS = "<|begin_of_text|>", "<|end_of_text|>"
+
+
+def _text() -> Iterator[str]:
+    """The shipped samples' sentences (the UD samples' # text lines) and WikiText lines."""
+    for path in sorted((SAMPLES / "ud").glob("*.conllu")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.startswith("# text = "):
+                yield line[len("# text = ") :]
+    for line in (SAMPLES / "wikitext" / "wiki.test-sample.raw").read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            yield line.strip()
+
+
+def llama3_tokenizer() -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    split = pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.pre_tokenizer = pre_tokenizers.Sequence([split, byte_level])
+    trainer = trainers.BpeTrainer(
+        vocab_size=8192, special_tokens=[BOS, EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(_text(), trainer)
+    tok.decoder = decoders.ByteLevel()
+    bos = [(BOS, tok.token_to_id(BOS))]
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A {BOS}:1 $B:1", special_tokens=bos),
+    ])  # fmt: skip
+    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOS, eos_token=EOS)
+
+
+def llama_3_2_1b(folder: Path) -> None:
+    tok = llama3_tokenizer()
+    config = LlamaConfig(
+        vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, head_dim=64, max_position_embeddings=131072, rope_theta=500000.0, rms_norm_eps=1e-5,
+        tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    config.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def bert_base(folder: Path) -> None:
+    source = Path(default_model_path())
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (source / name).is_file():
+            shutil.copy(source / name, folder / name)
+    BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072).save_pretrained(
+        folder
+    )
+
+
+SHAPES = {"llama-3.2-1b": llama_3_2_1b, "bert-base": bert_base}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shape", choices=sorted(SHAPES))
+    parser.add_argument("folder", type=Path)
+    args = parser.parse_args()
+    args.folder.mkdir(parents=True, exist_ok=True)
+    SHAPES[args.shape](args.folder)
+    print(args.folder)
+
+
+if __name__ == "__main__":
+    main()
