@@ -89,6 +89,14 @@ def cli() -> None:
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
+@click.option(
+    "--config",
+    "config",
+    metavar="KEY=VALUE",
+    multiple=True,
+    help="--random-init: set a key of the model's config, the value as JSON, else a string (repeatable; e.g. "
+    "--config num_hidden_layers=4 --config num_attention_heads=8).",
+)
 @click.option("--seed", default=0, show_default=True, help="Seed of --random-init.")
 @click.option(
     "--sample", type=click.IntRange(min=1), default=None, help="--format text: draw N paragraph pairs at random."
@@ -174,6 +182,14 @@ def cli() -> None:
     show_default=True,
     help="Where the model and the work on its attention run; auto: a CUDA or MPS device when torch sees one.",
 )
+@click.option(
+    "--dtype",
+    type=click.Choice(api.DTYPES),
+    default="auto",
+    show_default=True,
+    help="The weights' dtype; auto: bfloat16 on CUDA, float32 on the CPU and MPS. The attention softmax and every "
+    "statistic stay float32; the dtype is part of the run id (runs.dtype).",
+)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @store_option
 def ingest(
@@ -182,6 +198,7 @@ def ingest(
     task: str | None,
     model: str | None,
     random_init: bool,
+    config: tuple[str, ...],
     seed: int,
     sample: int | None,
     sample_seed: int,
@@ -199,6 +216,7 @@ def ingest(
     workers: int | None,
     gpus_per_worker: float | None,
     device: str,
+    dtype: str,
     quiet: bool,
     store_path: str | None,
 ) -> None:
@@ -233,6 +251,8 @@ def ingest(
         workers=workers,
         gpus_per_worker=gpus_per_worker,
         device=device,
+        dtype=dtype,
+        config=config,
     )
     if result.already_present:
         click.echo(f"run {result.run_id} is already in {result.store}; nothing to do")

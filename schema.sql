@@ -27,6 +27,8 @@ CREATE TABLE runs (
                                  --   single spaces (Clark et al.'s input; every run made before the setting)
     word_rows VARCHAR,           -- mean: FROM a word of several pieces, the mean of their rows | first: its first
                                  --   piece's row (the released code's default)
+    dtype VARCHAR,               -- the weights' dtype: float32 (every run made before the setting) | bfloat16 |
+                                 --   float16; the attention softmax and every statistic are float32 in each
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
                                  --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)

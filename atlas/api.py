@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -38,6 +38,7 @@ from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
+from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.ingestion.run_id import number_text
 from atlas.macros import macro_call
 from atlas.maps import read_maps
@@ -62,6 +63,7 @@ POLARS_DERIVED = {
     ("attn_rows", "to_first"): pl.coalesce("to_first", "to_cls"),
     ("runs", "text"): pl.coalesce("text", pl.lit("words")),
     ("runs", "word_rows"): pl.coalesce("word_rows", pl.lit("mean")),
+    ("runs", "dtype"): pl.coalesce("dtype", pl.lit("float32")),
 }  # fmt: skip
 
 
@@ -169,7 +171,7 @@ class Atlas:
             return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
         return self.connection.sql(
             "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
-            "AS weights, corpus, text, word_rows, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') "
+            "AS weights, corpus, text, word_rows, dtype, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') "
             "AS kept_mass, n_examples, n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
         ).pl()
 
@@ -567,6 +569,8 @@ def ingest(
     word_rows: str = "mean",
     progress: bool = True,
     device: str = "auto",
+    dtype: str = "auto",
+    config: Mapping[str, object] | Sequence[str] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
     workers: int | None = None,
@@ -580,29 +584,45 @@ def ingest(
     ``sample_seed``, repeated once (see ``ingest.repeated``); ``text``: 'written' (each sentence as written) or
     'words' (its words joined by single spaces, Clark et al.'s input; see ``ingest.align``); ``word_rows``: 'mean'
     (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first piece's row, the
-    released code's default). A run already in the store is found without loading the
+    released code's default); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the CPU and
+    MPS), 'float32', 'bfloat16' or 'float16' (the attention softmax and every statistic stay float32; the dtype
+    is part of the run id and recorded in ``runs.dtype``); ``config``: with ``random_init``, overrides of the
+    model's config, a mapping or ``KEY=VALUE`` texts (the value as JSON, else a string), e.g.
+    ``["num_hidden_layers=4"]``. A run already in the store is found without loading the
     model; the whole corpus is checked before the model is loaded;
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
+    from atlas.ingestion.device import resolve_dtype
     from atlas.ingestion.run_id import Settings, check_settings, ingested_run
+    from atlas.model.identity import config_overrides, override_text
 
     corpus = _corpus_path(corpus, format, length, count, sample_seed)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
+    overrides = config_overrides(config)
+    if overrides and not random_init:
+        given = arg("config", override_text(*next(iter(overrides.items()))))
+        raise AtlasError(
+            f"{given}: the pretrained weights would not match a changed config; add {arg('random_init')} or leave "
+            f"{arg('config')} out"
+        )
+    dtype = resolve_dtype(dtype, device, (gpus_per_worker or 0) if engine == "ray" else None)
     if max_edges is not None and dense:
         raise AtlasError(
             f"{arg('max_edges')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('max_edges')}"
         )
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
     edges = Settings().max_edges if max_edges is None else max_edges
-    settings = Settings(kept, max_length, pack, max_edges=edges, device=device, text=text, word_rows=word_rows)
+    settings = Settings(
+        kept, max_length, pack, max_edges=edges, device=device, text=text, word_rows=word_rows, dtype=dtype
+    )
     check_settings(settings)
     if sample is not None and sample < 1:
         raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
     target = Store(store_path(store))
     known = ingested_run(
-        target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings
+        target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings, overrides
     )
     if known is not None:
         return Ingested(known, target.root, True, 0, 0, 0)
@@ -615,10 +635,12 @@ def ingest(
     stage = _ray_engine(ray_address, workers, gpus_per_worker) if engine == "ray" else None
     if engine != "ray":  # Ray's workers find their own devices
         resolve_device(device)
+    if overrides:  # a key the config has not is refused before the corpus is read
+        model_identity(model, random_init, seed or 0, overrides)
     checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
-    lm = load_model(model, random_init=random_init, seed=seed or 0)
+    lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=dtype, **overrides)
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
-        model_identity(model, random_init, seed or 0)
+        model_identity(model, random_init, seed or 0, overrides)
     result = run_ingest(checked, target, lm, settings, progress=progress, stage=stage)
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges

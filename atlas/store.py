@@ -68,6 +68,7 @@ OLDER_RUNS = {
     ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",
     ("runs", "text"): "coalesce(text, 'words') AS text",  # before --text, every run read the words joined by spaces
     ("runs", "word_rows"): "coalesce(word_rows, 'mean') AS word_rows",  # and averaged a word's pieces' rows
+    ("runs", "dtype"): "coalesce(dtype, 'float32') AS dtype",  # and loaded the weights in float32
 }
 # the store's folder as DuckDB sees it: the directory of the database's default temp_directory
 # ('<database file>.tmp'); '' when DuckDB was started in the store's folder

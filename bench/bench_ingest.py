@@ -29,7 +29,6 @@ A BERT-base-shaped random model: --random-init --config hidden_size=768 --config
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -48,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from atlas.catalogue import resolve, run_entry  # noqa: E402
+from atlas.errors import AtlasError  # noqa: E402
 from atlas.ingestion.align import is_punct  # noqa: E402
 from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
@@ -56,6 +56,7 @@ from atlas.ingestion.examples import Inputs  # noqa: E402
 from atlas.ingestion.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
 from atlas.model.capture import recording  # noqa: E402
 from atlas.model.forward import attention_maps, model_inputs  # noqa: E402
+from atlas.model.identity import config_overrides  # noqa: E402
 from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
@@ -285,8 +286,10 @@ def peak_rss(args: argparse.Namespace, corpus: Path, store: Path) -> float:
 
 
 def model_of(args: argparse.Namespace) -> LoadedModel:
-    overrides = {key: json.loads(value) for key, value in (c.split("=", 1) for c in args.config)}
-    return load_model(args.model, random_init=args.random_init, seed=args.seed, **overrides)
+    try:  # KEY=VALUE as atlas ingest --config reads it
+        return load_model(args.model, random_init=args.random_init, seed=args.seed, **config_overrides(args.config))
+    except AtlasError as exc:
+        raise SystemExit(exc.cli_text()) from None
 
 
 def main() -> None:
@@ -300,7 +303,7 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="HF id or path (default: the embedded model)")
     parser.add_argument("--random-init", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--config", action="append", default=[], help="KEY=VALUE (JSON) for the model's config")
+    parser.add_argument("--config", action="append", default=[], help="KEY=VALUE (JSON, else a string): model config")
     parser.add_argument("--repeat", type=int, default=1, help="ingests, each between two forward passes (median)")
     parser.add_argument("--rss", action="store_true", help="peak memory of an ingest of 1x and 5x the corpus")
     parser.add_argument("--no-reference", action="store_true", help="skip the numpy reference of Table 1")

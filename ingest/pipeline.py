@@ -513,6 +513,7 @@ def _stage_and_publish(
         "pack": settings.pack,
         "text": settings.text,
         "word_rows": settings.word_rows,
+        "dtype": settings.dtype,
         "max_length": max_length,
         "kept_mass": settings.kept_mass,
         "max_edges": None if settings.kept_mass is None else settings.max_edges,

@@ -69,7 +69,8 @@ class Stop:
 class ChunkStager:
     """A Ray Data actor: the model loaded once, then every chunk of a batch staged and answered with its counts,
     or with its error (the driver stops the ingest on the first), or with neither once ``stop`` is set. A worker
-    that cannot start (the store or the model not at its path on its node) answers each chunk with why."""
+    that cannot start (the store or the model not at its path on its node) answers each chunk with why. The model
+    is loaded as the driver's: in ``settings.dtype``, with the driver's ``config`` overrides."""
 
     def __init__(
         self,
@@ -77,6 +78,7 @@ class ChunkStager:
         random_init: bool,
         seed: int,
         model_hash: str,
+        config: dict[str, object],
         corpus: Path,
         run_id: str,
         settings: Settings,
@@ -88,7 +90,7 @@ class ChunkStager:
         try:
             if not (staging / "done").is_dir():  # made by the driver before any worker starts
                 raise AtlasError(f"{staging}: not found on Ray node {ray.util.get_node_ip_address()}; {SHARED}")
-            self.lm = load_model(source, random_init=random_init, seed=seed)
+            self.lm = load_model(source, random_init=random_init, seed=seed, dtype=settings.dtype, **config)
             if self.lm.model_hash != model_hash:
                 raise AtlasError(f"{arg('model', repr(source))}: a Ray worker loaded other weights than the driver")
             self.inputs = Inputs.of(self.lm.tokenizer, self.lm.decoder, corpus)
@@ -183,6 +185,7 @@ class RayEngine:
             "random_init": lm.random_init,
             "seed": lm.seed,
             "model_hash": lm.model_hash,
+            "config": lm.config_overrides,
             "corpus": corpus.path.resolve(),
             "run_id": run_id,
             "settings": settings,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
@@ -23,6 +24,8 @@ SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id:
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
 TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see ingest.align)
 WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see ingest.sparsify)
+# --dtype: the weights' dtype; auto: bfloat16 where the model runs on CUDA, else float32 (see ingest.device)
+DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Settings:
     device: str = "auto"  # where the model and the work per attention weight run (not part of the run id)
     text: str = "written"  # what the model reads of a sentence: as written, or its words joined by spaces
     word_rows: str = "mean"  # a word's row of the word-level map: the mean of its pieces' rows, or its first's
+    dtype: str = "float32"  # the weights' dtype, resolved (never 'auto': see ingest.device.resolve_dtype)
 
 
 def number_text(value: float) -> str:
@@ -46,6 +50,12 @@ def check_device_name(name: str) -> None:
     """Refuse a ``--device`` that is none of ``DEVICES`` (whether torch sees it is ``ingest.device``'s question)."""
     if name not in DEVICES:
         raise AtlasError(f"{arg('device', repr(name))}: expected one of {', '.join(DEVICES)}")
+
+
+def check_dtype_name(name: str) -> None:
+    """Refuse a ``--dtype`` that is none of ``DTYPES``."""
+    if name not in DTYPES:
+        raise AtlasError(f"{arg('dtype', repr(name))}: expected one of {', '.join(DTYPES)}")
 
 
 def check_settings(settings: Settings) -> None:
@@ -63,6 +73,9 @@ def check_settings(settings: Settings) -> None:
         raise AtlasError(f"{arg('text', repr(settings.text))}: expected one of {', '.join(TEXTS)}")
     if settings.word_rows not in WORD_ROWS:
         raise AtlasError(f"{arg('word_rows', repr(settings.word_rows))}: expected one of {', '.join(WORD_ROWS)}")
+    if settings.dtype == "auto":  # the run id takes the dtype the weights are loaded in
+        raise AtlasError(f"{arg('dtype', repr('auto'))}: resolved with the device first (ingest.device.resolve_dtype)")
+    check_dtype_name(settings.dtype)
 
 
 class ModelKey(Protocol):
@@ -75,9 +88,13 @@ class ModelKey(Protocol):
 
 
 def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
-    """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text and
-    word-row settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
-    the mean of the pieces' rows), so that those runs keep their ids; a drawn corpus (repeated) has no text."""
+    """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text, word-row
+    and dtype settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
+    the mean of the pieces' rows, float32 weights), so that those runs keep their ids; a drawn corpus (repeated)
+    has no text. A loaded model (``LoadedModel.dtype``) must be in the settings' dtype."""
+    loaded = getattr(lm, "dtype", settings.dtype)
+    if loaded != settings.dtype:
+        raise ValueError(f"the model is loaded in {loaded}, the settings say {settings.dtype}")
     texts = settings.text != "words" and corpus.fmt != "repeated"
     key = json.dumps(
         [
@@ -94,6 +111,7 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             *([settings.max_edges, STORED_WEIGHTS, SPARSE_ROWS] if settings.kept_mass is not None else []),
             *([["text", settings.text]] if texts else []),
             *([["word_rows", settings.word_rows]] if settings.word_rows != "mean" else []),
+            *([["dtype", settings.dtype]] if settings.dtype != "float32" else []),
         ],
     )
     return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]
@@ -120,9 +138,12 @@ def ingested_run(
     random_init: bool,
     seed: int,
     settings: Settings,
+    config: Mapping[str, object] | None = None,
 ) -> str | None:
     """The id of the run under ``data`` (the store's data folder) that ingesting ``corpus`` with ``model`` and
     ``settings`` would give, when it is there; None when it is not, or when telling takes loading the model.
+    ``config``: overrides of a random init's config (``load_model``'s ``config_overrides``); ``settings.dtype``
+    is the resolved dtype (``ingest.device.resolve_dtype``).
 
     The id is ``run_id_for``'s over the corpus's sha256 and the model's identity (``model_identity``), as the
     ingest computes it; the corpus is not read further, since a run holds only a corpus that passed its check.
@@ -138,7 +159,7 @@ def ingested_run(
     start = _readable_part(info, model or DEFAULT_MODEL, random_init, seed)
     if not any(p.name.startswith(start) for p in data.iterdir()):
         return None  # no run of this corpus and model: neither is hashed
-    lm = model_identity(model, random_init, seed)
+    lm = model_identity(model, random_init, seed, config)
     if lm is None or (not settings.max_length and lm.max_positions is None):
         return None
     max_length = settings.max_length or lm.max_positions

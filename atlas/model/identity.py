@@ -11,17 +11,28 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # config.model_type whose longest input is config.json's max_position_embeddings as written; another family's
 # is known once the model is loaded (RoBERTa numbers its positions after the padding index, GPT-2 names it
 # n_positions)
 PLAIN_POSITIONS = ("bert",)
+# config keys that ``config`` overrides do not set, and why
+NOT_OVERRIDDEN = {
+    "dtype": f"the weights' dtype is {arg('dtype')}'s",
+    "torch_dtype": f"the weights' dtype is {arg('dtype')}'s",
+    "model_type": f"the family is the model's (name another {arg('model')})",
+}
 
 
 @dataclass(frozen=True)
@@ -78,23 +89,72 @@ def config_hash(config_json: str, seed: int) -> str:
     return hashlib.sha256(f"{config_json}|seed={seed}".encode()).hexdigest()
 
 
+def override_text(key: str, value: object) -> str:
+    """An override as ``--config`` takes it: KEY=VALUE, the value as JSON unless a string."""
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+def config_overrides(given: Mapping[str, object] | Iterable[str] | str | None) -> dict[str, object]:
+    """Overrides of a model's config: a mapping as it is, or ``KEY=VALUE`` texts (``--config``, repeatable), each
+    VALUE read as JSON, else as a string (``num_hidden_layers=4``: 4; ``hidden_act=gelu``: 'gelu'). A text that is
+    not KEY=VALUE is refused naming ``config``; the keys are checked against the model's config when it is read
+    (``read_config``)."""
+    if given is None:
+        return {}
+    if isinstance(given, Mapping):
+        for key in given:
+            if not isinstance(key, str) or not key.isidentifier():
+                raise AtlasError(f"{arg('config', repr(key))}: a config key is a name (e.g. num_hidden_layers)")
+        return dict(given)
+    overrides: dict[str, object] = {}
+    for text in [given] if isinstance(given, str) else given:
+        key, equals, value = str(text).partition("=")
+        key = key.strip()
+        if not equals or not key.isidentifier():
+            raise AtlasError(
+                f"{arg('config', text)}: expected KEY=VALUE, the value as JSON or a string (e.g. num_hidden_layers=4)"
+            )
+        try:
+            overrides[key] = json.loads(value)
+        except ValueError:
+            overrides[key] = value
+    return overrides
+
+
+def read_config(source: str, overrides: Mapping[str, object], who: str) -> PretrainedConfig:
+    """The model's config from ``source`` with ``overrides`` set (transformers' ``AutoConfig``). A key the config
+    has not (it would be dropped, or taken as an option of the download), or one ``NOT_OVERRIDDEN``, is refused
+    naming ``config``; ``who`` names the model. Errors of reading the config itself are transformers'."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(source, trust_remote_code=False, **overrides)
+    keys = set(config.to_dict()) | set(config.attribute_map)
+    for key, value in overrides.items():
+        kind = getattr(type(config), key, None)  # a settable property: num_labels
+        known = (key in keys or isinstance(kind, property) and kind.fset is not None) and not key.startswith("_")
+        if key in NOT_OVERRIDDEN or not known:
+            why = NOT_OVERRIDDEN.get(key, f"not a key of {who}'s config ({config.model_type})")
+            raise AtlasError(f"{arg('config', override_text(key, value))}: {why}")
+    return config
+
+
 def _config_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attention-atlas" / "configs"
 
 
-def _serialised_config(source: str, config_file: Path) -> str | None:
-    """``to_json_string`` of the config transformers reads from ``config_file``. It is a function of the file's
-    bytes and the transformers version, so it is kept in a cache under both: reading it again with
-    transformers imports torch (seconds)."""
-    key = hashlib.sha256(f"{version('transformers')}|".encode() + config_file.read_bytes()).hexdigest()
-    cached = _config_cache() / f"{key}.json"
+def _serialised_config(source: str, config_file: Path, overrides: Mapping[str, object], who: str) -> str | None:
+    """``to_json_string`` of the config transformers reads from ``config_file``, with ``overrides`` set. It is a
+    function of the file's bytes, the overrides and the transformers version, so it is kept in a cache under
+    them: reading it again with transformers imports torch (seconds). An override the config does not take is
+    refused (``read_config``)."""
+    given = f"|{json.dumps(overrides, sort_keys=True)}" if overrides else ""  # none: the key every earlier cache had
+    key = hashlib.sha256(f"{version('transformers')}|".encode() + config_file.read_bytes() + given.encode())
+    cached = _config_cache() / f"{key.hexdigest()}.json"
     if cached.is_file():
         return cached.read_text()
-    from transformers import AutoConfig
-
     try:
-        text = AutoConfig.from_pretrained(source, trust_remote_code=False).to_json_string()
-    except (OSError, ValueError, KeyError):
+        text = read_config(source, overrides, who).to_json_string()
+    except (OSError, ValueError, KeyError, TypeError):
         return None
     try:  # a cache that cannot be written is not an error
         cached.parent.mkdir(parents=True, exist_ok=True)
@@ -106,9 +166,15 @@ def _serialised_config(source: str, config_file: Path) -> str | None:
     return text
 
 
-def model_identity(name: str | None, random_init: bool = False, seed: int = 0) -> ModelIdentity | None:
-    """The identity ``load_model(name, random_init=random_init, seed=seed)`` gives, without loading the model;
-    None when it cannot be told so (no config or weights found: loading the model says why)."""
+def model_identity(
+    name: str | None, random_init: bool = False, seed: int = 0, config: Mapping[str, object] | None = None
+) -> ModelIdentity | None:
+    """The identity ``load_model(name, random_init=random_init, seed=seed, **config)`` gives, without loading the
+    model; None when it cannot be told so (no config or weights found: loading the model says why; overrides of a
+    pretrained model's config). ``config``: overrides of the config, part of a random init's hash."""
+    overrides = dict(config or {})
+    if overrides and not random_init:
+        return None  # the weights' hash would not tell the change
     source = default_model_path() if name is None else name
     found = Path(source) / "config.json" if Path(source).is_dir() else _cached_file(source, "config.json")
     try:
@@ -116,7 +182,7 @@ def model_identity(name: str | None, random_init: bool = False, seed: int = 0) -
         if not isinstance(config, dict):
             return None
         if random_init:
-            config_json = _serialised_config(source, found)
+            config_json = _serialised_config(source, found, overrides, name or DEFAULT_MODEL)
             model_hash = "unknown" if config_json is None else config_hash(config_json, seed)
         else:
             model_hash = weights_hash(source)
@@ -124,6 +190,7 @@ def model_identity(name: str | None, random_init: bool = False, seed: int = 0) -
         return None
     if model_hash == "unknown":
         return None
-    positions = config.get("max_position_embeddings") if config.get("model_type") in PLAIN_POSITIONS else None
+    plain = config.get("model_type") in PLAIN_POSITIONS
+    positions = {**config, **overrides}.get("max_position_embeddings") if plain else None
     positions = positions if type(positions) is int else None
     return ModelIdentity(name or DEFAULT_MODEL, model_hash, random_init, seed, positions)

@@ -1,5 +1,7 @@
-"""Load a model (safetensors only, no remote code, float32) and run it with attention captured
-(``atlas.model.capture``): encoders and decoder-only models of the families ``capture.FAMILIES`` names.
+"""Load a model (safetensors only, no remote code; float32, bfloat16 or float16 weights) and run it with attention
+captured
+(``atlas.model.capture``, whose softmax and recorded probabilities are float32 in every dtype): encoders and
+decoder-only models of the families ``capture.FAMILIES`` names.
 
 A model of another architecture is refused with a one-line error naming it.
 """
@@ -7,20 +9,30 @@ A model of another architecture is refused with a one-line error naming it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError, arg
 from atlas.model.capture import CAPTURE, check_family, prepare
-from atlas.model.identity import DEFAULT_MODEL, config_hash, default_model_path, weights_hash
+from atlas.model.identity import (
+    DEFAULT_MODEL,
+    config_hash,
+    default_model_path,
+    override_text,
+    read_config,
+    weights_hash,
+)
 from atlas.model.kinds import is_decoder
 
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
+
+# the weights' dtypes (``--dtype``, resolved: see ingest.device.resolve_dtype)
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 @dataclass
@@ -36,6 +48,8 @@ class LoadedModel:
     decoder: bool = False  # causal self-attention: a token attends to itself and the tokens before it
     random_init: bool = False
     seed: int = 0
+    dtype: str = "float32"  # the weights' dtype (a key of DTYPES)
+    config_overrides: dict[str, object] = field(default_factory=dict)  # set on the config as read
 
 
 def load_model(
@@ -43,13 +57,18 @@ def load_model(
     random_init: bool = False,
     seed: int = 0,
     auto_class: type = AutoModel,
+    dtype: str = "float32",
     **config_overrides: object,
 ) -> LoadedModel:
     """Load a model by hub id or local path (the embedded default when ``name`` is None).
 
     ``auto_class`` picks the head (``AutoModel``: the bare encoder; a task head's weights are
-    initialised under ``seed`` when the checkpoint has none); ``config_overrides`` go to its config.
+    initialised under ``seed`` when the checkpoint has none); ``dtype``: the weights' dtype, float32, bfloat16
+    or float16 (the attention softmax stays float32: ``atlas.model.capture``); ``config_overrides`` go to its
+    config (a key it has not is refused naming ``config``; with ``random_init`` they are part of the hash).
     """
+    if dtype not in DTYPES:
+        raise AtlasError(f"{arg('dtype', repr(dtype))}: expected one of {', '.join(DTYPES)}")
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
     given = arg("model", repr(shown))
@@ -59,28 +78,35 @@ def load_model(
         raise AtlasError(f"{given}: no such model directory")
     if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
         source = str(Path(source).expanduser().resolve())
+    built = False  # the config is read: an error from here on is the model's, built with the overrides
     try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **config_overrides)
+        config = read_config(source, config_overrides, shown)
         check_family(config, given)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
         torch.manual_seed(seed)
+        built = True
         if random_init:
             model_hash = config_hash(config.to_json_string(), seed)  # as read: building the model sets its dtype
             model = auto_class.from_config(
-                config, attn_implementation=CAPTURE, dtype=torch.float32, trust_remote_code=False
+                config, attn_implementation=CAPTURE, dtype=DTYPES[dtype], trust_remote_code=False
             )
         else:
             model = auto_class.from_pretrained(
                 source,
                 config=config,
                 attn_implementation=CAPTURE,
-                dtype=torch.float32,
+                dtype=DTYPES[dtype],
                 use_safetensors=True,
                 trust_remote_code=False,
             )
             model_hash = weights_hash(source)
-    except (OSError, ValueError, KeyError, RuntimeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if built and random_init and config_overrides:  # the overrides make a model that cannot be built
+            texts = " ".join(override_text(key, value) for key, value in config_overrides.items())
+            raise AtlasError(f"{arg('config', texts)}: {shown} cannot be built so ({first})") from None
+        if isinstance(exc, TypeError):
+            raise
         raise AtlasError(f"{given}: cannot load it ({first})") from None
     if not tokenizer.is_fast:
         raise AtlasError(f"{given}: a fast tokenizer is required")
@@ -98,6 +124,8 @@ def load_model(
         decoder=is_decoder(config),
         random_init=random_init,
         seed=seed,
+        dtype=dtype,
+        config_overrides=dict(config_overrides),
     )
 
 
