@@ -3,7 +3,7 @@
     python bench/bench_device.py CORPUS [--format conllu|repeated] [--length N --count K]
         [--pack window --max-length N] [--model FOLDER] [--random-init] [--config KEY=VALUE ...]
         [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda|mps] [--repeat N] [--passes N]
-        [--no-warm-up]
+        [--no-warm-up] [--no-stages]
     python bench/bench_device.py --memory 1023 4095 [--count K] --model FOLDER --random-init --config ...
 
 For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -218,6 +219,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="ingests timed (the median is reported)")
     parser.add_argument("--passes", type=int, default=3, help="forward passes (a) and (b) timed (the median)")
     parser.add_argument("--no-warm-up", action="store_true", help="no ingest before the timed ones")
+    parser.add_argument("--no-stages", action="store_true", help="no ingest with its stages timed")
     parser.add_argument("--memory", type=int, nargs="+", default=None, help="lengths of repeated random tokens")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -233,6 +235,7 @@ def main() -> None:
     device = resolve_device(settings.device)
     lm = model_of(args, settings.dtype)
     lm.model.to(device)
+    settings = replace(settings, max_length=settings.max_length or lm.max_positions)
     corpus = corpus_of(args)
     name = corpus.name if args.format == "repeated" else args.corpus.name
     print(
@@ -271,6 +274,8 @@ def main() -> None:
         print(f"ingest / (b)                                              {seconds / sdpa:9.2f}")
         if device.type == "cuda":
             print(f"peak GPU memory during an ingest: {max(peaks):.1f} GiB")
+        if args.no_stages:
+            return
         with timing() as clock:
             start = time.perf_counter()
             ingest(corpus, Store(work / "staged"), lm, settings, progress=False)
