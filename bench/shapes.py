@@ -2,7 +2,7 @@
 and a tokenizer trained here, offline, on the shipped samples' text.
 
     python bench/shapes.py llama-3.2-1b FOLDER   # 16 layers x 32 heads, 8 KV heads, hidden 2048, vocabulary 128,256
-    python bench/shapes.py bert-base FOLDER      # 12 layers x 12 heads, hidden 768 (the embedded model's tokenizer)
+    python bench/shapes.py bert-base FOLDER      # 12 layers x 12 heads, hidden 768 (a WordPiece tokenizer)
 
 Then ``--model FOLDER --random-init``. Llama-3.2-1B's config as published (its RoPE scaling left out: the same
 work); its tokenizer here is a byte-level BPE of at most 8,192 pieces (7,953 from the samples) with Llama 3's split
@@ -12,17 +12,11 @@ pattern and ``<|begin_of_text|>`` first (the drawn or read ids stay below the mo
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import BertConfig, LlamaConfig, PreTrainedTokenizerFast
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from atlas.model.identity import default_model_path  # noqa: E402
 
 SAMPLES = Path(__file__).resolve().parent.parent / "samples"
 LLAMA3_SPLIT = (
@@ -72,14 +66,30 @@ def llama_3_2_1b(folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def bert_tokenizer() -> PreTrainedTokenizerFast:
+    """BERT's: lower-cased WordPiece, [CLS] a [SEP] (b [SEP])."""
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok.train_from_iterator(_text(), trainers.WordPieceTrainer(vocab_size=8192, special_tokens=specials))
+    tok.decoder = decoders.WordPiece()
+    cls, sep = (tok.token_to_id(t) for t in ("[CLS]", "[SEP]"))
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]", sep_token="[SEP]",
+        mask_token="[MASK]",
+    )  # fmt: skip
+
+
 def bert_base(folder: Path) -> None:
-    source = Path(default_model_path())
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
-        if (source / name).is_file():
-            shutil.copy(source / name, folder / name)
+    tok = bert_tokenizer()
     BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072).save_pretrained(
         folder
     )
+    tok.save_pretrained(folder)
 
 
 SHAPES = {"llama-3.2-1b": llama_3_2_1b, "bert-base": bert_base}
