@@ -21,16 +21,33 @@ special tokens (those come from its template, ``ingest.template``). What the tex
 WordPiece ('##'), byte-level BPE ('Ġ' before a word that follows a space) and SentencePiece ('▁') pieces align
 alike, and each piece keeps the corpus characters it covers (``piece_text``), whatever marker its vocabulary
 spelling carries.
+
+A window's text (``--pack window``: sentences joined by single spaces) is not tokenized again as it grows:
+``Joining`` tells, from the tokenizer's own parts (normalizer, pre-tokenizer, model, post-processor, added tokens),
+whether its pieces of the joined text are provably each sentence's pieces, the first sentence's as a text of its
+own and every later one's as the text ' ' + the sentence (its pieces after the joining space), their offsets
+shifted; and ``continuations`` tokenizes the sentences so, once each. This holds where the joining space is a
+boundary that nothing crosses: a pre-tokenizer that splits at it (BERT's and the whitespace pre-tokenizers: a
+sentence's pieces after the space are then its own; SentencePiece's Metaspace; byte-level BPE's regular
+expression, GPT-2's, or Llama 3's or Qwen2's split before byte-level, where a text's last character is not a
+space), a normalizer that maps each character on its own, a model that tokenizes each pre-token on its own
+(WordPiece, BPE without dropout, Unigram, WordLevel), no offsets trimmed differently at a text's start, and no
+added token in the sentences' text. The alignment then splits too, where each sentence's words are in order and
+its last word ends the text (``Joining.joins``). Elsewhere (Llama 2's normalizer, a pre-tokenizer or regular
+expression not listed, a sentence that is not so) the window is tokenized as one text, as before.
 """
 
 from __future__ import annotations
 
+import json
 import unicodedata
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
+from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 from atlas.errors import AtlasError
 from atlas.ingestion.conllu import Sentence, Word
@@ -51,6 +68,7 @@ class Pieces:
 class AlignedSentence:
     sentence: Sentence
     pieces: Pieces  # the sentence as a text of its own (the start of an input's text)
+    mode: str = "written"  # the text its pieces are of (``written`` or ``words``)
 
     @property
     def word_pieces(self) -> list[list[int]]:
@@ -116,14 +134,22 @@ def align_texts(
     tokenizer: PreTrainedTokenizerBase, texts: list[Text], path: Path | str, text: str = "written"
 ) -> list[Pieces]:
     """Tokenize texts in one batched call; the pieces of each word of each text, by mode ``text``'s rule."""
+    assign = _by_first_character if text == "written" else _inside_words
+    return [assign(t, ids, offsets, tokenizer, path) for t, ids, offsets in _encode(tokenizer, texts)]
+
+
+def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[Text]) -> list[tuple[Text, list[int], list]]:
+    """Each text with its pieces' ids and offsets, from one batched tokenizer call without special tokens."""
     if not texts:
         return []
-    enc = tokenizer([t.string for t in texts], add_special_tokens=False, return_offsets_mapping=True)
-    assign = _by_first_character if text == "written" else _inside_words
-    return [
-        assign(t, ids, offsets, tokenizer, path)
-        for t, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True)
-    ]
+    enc = tokenizer(
+        [t.string for t in texts],
+        add_special_tokens=False,
+        return_offsets_mapping=True,
+        return_token_type_ids=False,  # not read: the template's are (ingest.template)
+        return_attention_mask=False,
+    )
+    return list(zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True))
 
 
 def align(
@@ -131,7 +157,155 @@ def align(
 ) -> list[AlignedSentence]:
     """Each sentence as a text of its own (one batched tokenizer call), in mode ``text``."""
     pieces = align_texts(tokenizer, [text_of([s], text) for s in sentences], path, text)
-    return [AlignedSentence(s, p) for s, p in zip(sentences, pieces, strict=True)]
+    return [AlignedSentence(s, p, text) for s, p in zip(sentences, pieces, strict=True)]
+
+
+# Joining: a window's pieces from its sentences' (see the module notes)
+OWN = "own"  # after the joining space, a sentence's pieces are those it has as a text of its own
+AFTER_SPACE = "after space"  # they are those of the text ' ' + the sentence
+_SPLIT_AT_SPACES = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}  # split at every space, drop spaces
+_SPLIT_INSIDE = {"Punctuation", "Digits"}  # after those: split each pre-token further, never join two
+_PER_CHARACTER = {"BertNormalizer", "Lowercase", "NFC", "NFD", "NFKC", "NFKD", "StripAccents"}
+_NO_NEW_SPACE = {"Lowercase", "NFC", "NFD"}  # per character, and no space made of another character
+_MODELS = {"WordPiece", "BPE", "Unigram", "WordLevel"}  # tokenize each pre-token on its own
+_TOKENIZE = ("__call__", "_encode_plus", "_convert_encoding")  # the Python of a call, as the fast tokenizer's own
+# byte-level split patterns with no match that takes a character before a space and the space (a match takes
+# a space only as its first character, or spaces only), no look-behind and no anchor: Llama 3's (GPT-4's), Qwen2's
+_BYTE_LEVEL_SPLITS = {
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+}
+
+
+def _state(component: object) -> dict | None:
+    """A tokenizer part's settings (normalizer, pre-tokenizer, post-processor), as its JSON spells them."""
+    return None if component is None else json.loads(component.__getstate__())
+
+
+def _types(spec: dict | None, key: str) -> list[dict]:
+    """The parts of a normalizer or pre-tokenizer, a sequence's in order."""
+    if spec is None:
+        return []
+    return [p for inner in spec[key] for p in _types(inner, key)] if spec["type"] == "Sequence" else [spec]
+
+
+def _trims_a_start(spec: dict | None) -> bool:
+    """A post-processor that trims a piece's offsets otherwise at a text's start (byte-level, a prefix space)."""
+    if spec is None:
+        return False
+    if spec["type"] == "Sequence":
+        return any(_trims_a_start(p) for p in spec["processors"])
+    return bool(spec.get("trim_offsets")) and bool(spec.get("add_prefix_space"))
+
+
+def _after_space(tokenizer: PreTrainedTokenizerBase) -> str | None:
+    """``OWN``, ``AFTER_SPACE`` or None (not proven) for a tokenizer (see the module notes)."""
+    if not isinstance(tokenizer, TokenizersBackend) or any(
+        getattr(type(tokenizer), name) is not getattr(TokenizersBackend, name) for name in _TOKENIZE
+    ):
+        return None  # a tokenizer without offsets, or one that changes a text in Python
+    backend = tokenizer.backend_tokenizer
+    model = backend.model
+    if type(model).__name__ not in _MODELS or getattr(model, "dropout", None):
+        return None
+    if any(not t.content or any(c.isspace() for c in t.content) for t in backend.get_added_tokens_decoder().values()):
+        return None  # an added token could take the joining space
+    if _trims_a_start(_state(backend.post_processor)):
+        return None
+    normalizers = {n["type"] for n in _types(_state(backend.normalizer), "normalizers")}
+    pre = _types(_state(backend.pre_tokenizer), "pretokenizers")
+    types = [p["type"] for p in pre]
+    if types and types[0] in _SPLIT_AT_SPACES and set(types[1:]) <= _SPLIT_INSIDE and normalizers <= _PER_CHARACTER:
+        return OWN
+    if types == ["Metaspace"] and pre[0].get("split", True) and normalizers <= _PER_CHARACTER:
+        return AFTER_SPACE
+    if normalizers <= _NO_NEW_SPACE and (
+        (types == ["ByteLevel"] and pre[0].get("use_regex", True))
+        or (
+            types == ["Split", "ByteLevel"]
+            and pre[0]["pattern"].get("Regex") in _BYTE_LEVEL_SPLITS
+            and pre[0]["behavior"] == "Isolated"
+            and not pre[0]["invert"]
+            and not pre[1].get("use_regex", True)
+        )
+    ):
+        return AFTER_SPACE
+    return None
+
+
+def _fold(text: str) -> str:
+    """A text as no normalizer of ``_PER_CHARACTER`` could make it match an added token's content and this not:
+    compatibility-decomposed, without marks and control characters, case-folded."""
+    kept = (c for c in unicodedata.normalize("NFKD", text) if not unicodedata.category(c).startswith(("M", "C")))
+    return "".join(kept).casefold()
+
+
+@dataclass(frozen=True)
+class Joining:
+    """How a window's pieces are assembled from its sentences' for a tokenizer: ``after`` is ``OWN``,
+    ``AFTER_SPACE`` or None (the window is tokenized as one text); ``raw`` and ``folded`` the added tokens'
+    contents, as matched in a text as written and after normalization (``folded`` by ``_fold``)."""
+
+    after: str | None
+    raw: tuple[str, ...] = ()
+    folded: tuple[str, ...] = ()
+    starts: str = ""  # the first characters of ``raw`` (a text without any of them holds none of ``raw``)
+
+    @classmethod
+    def of(cls, tokenizer: PreTrainedTokenizerBase) -> Joining:
+        after = _after_space(tokenizer)
+        if after is None:
+            return cls(None)
+        added = tokenizer.backend_tokenizer.get_added_tokens_decoder().values()
+        raw = tuple(sorted({t.content for t in added if not t.normalized}))
+        folded = tuple(sorted({_fold(t.content) for t in added if t.normalized}))
+        return cls(after, raw, folded, "".join(sorted({t[0] for t in raw})))
+
+    def joins(self, text: Text) -> bool:
+        """Whether a sentence's text joins others as its pieces say: a text of words, its first and last characters
+        not spaces, its last word ending it, its words in order, and no added token's content in it."""
+        string, spans = text.string, text.spans
+        if self.after is None or not spans or string[0].isspace() or string[-1].isspace():
+            return False
+        if spans[-1][1] != len(string) or any(a[1] > b[1] for a, b in pairwise(spans)):
+            return False
+        if any(c in string for c in self.starts) and any(t in string for t in self.raw):
+            return False
+        return not (self.folded and any(t in _fold(string) for t in self.folded))
+
+
+def continuations(
+    tokenizer: PreTrainedTokenizerBase,
+    joining: Joining,
+    sentences: list[AlignedSentence],
+    path: Path | str,
+    text: str = "written",
+) -> list[Pieces | AtlasError | None]:
+    """Each sentence's pieces as a later sentence of a window in mode ``text``, after the joining space (one
+    batched tokenizer call): the error its words would meet there (raised where it is one), or None where a
+    window holding it is tokenized as one text (``Joining.joins``)."""
+    texts = [text_of([a.sentence], text) if a.mode == text else None for a in sentences]
+    out: list[Pieces | AtlasError | None] = [None] * len(sentences)
+    joined = [i for i, t in enumerate(texts) if t is not None and joining.joins(t)]
+    if joining.after == OWN:
+        for i in joined:
+            out[i] = sentences[i].pieces
+        return out
+    spaced = [Text(" " + t.string, t.words, [(a + 1, b + 1) for a, b in t.spans]) for t in (texts[i] for i in joined)]
+    assign = _by_first_character if text == "written" else _inside_words
+    for i, (t, ids, offsets) in zip(joined, _encode(tokenizer, spaced), strict=True):
+        try:
+            out[i] = assign(t, ids, offsets, tokenizer, path)
+        except AtlasError as error:
+            out[i] = error
+    return out
+
+
+def joined_pieces(parts: list[Pieces]) -> Pieces:
+    """The pieces of a window from its sentences' (the first's own, the others' ``continuations``)."""
+    return Pieces([w for p in parts for w in p.ids], [w for p in parts for w in p.text])
 
 
 def _by_first_character(

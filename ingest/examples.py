@@ -5,8 +5,10 @@ Packing modes:
 - ``pair``: two consecutive sentences of a document, as the template's two texts (Clark et al.'s format:
   BERT's ``[CLS] a [SEP] b [SEP]``, RoBERTa's ``<s> a </s></s> b </s>``, GPT-2's ``a b``).
 - ``window``: as many consecutive sentences of a document as fit, as one text (long documents are
-  windowed sentence by sentence); the window's sentences are tokenized together, as one text (as written:
-  joined by single spaces; ``words``: all their words joined by single spaces; see ``ingest.align``).
+  windowed sentence by sentence); the window's pieces are those of its sentences as one text (as written:
+  joined by single spaces; ``words``: all their words joined by single spaces; see ``ingest.align``),
+  assembled from each sentence's pieces, tokenized once as a text of its own and at most once more after the
+  joining space, where ``ingest.align.Joining`` proves that the same; else the window is tokenized as one text.
 An input longer than ``max_length`` is never truncated: a sentence that does not fit alone is skipped,
 recorded with ``skipped = true``, and counted. Lengths count the template's special tokens.
 """
@@ -15,15 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from atlas.ingestion.align import AlignedSentence, Pieces, align_texts, text_of
+from atlas.errors import AtlasError
+from atlas.ingestion.align import AlignedSentence, Joining, Pieces, align_texts, continuations, joined_pieces, text_of
 from atlas.ingestion.conllu import Mention, Sentence, Word
 from atlas.ingestion.template import Template, read_template
 
 PACK_MODES = ("none", "pair", "window")
+AHEAD = 64  # sentences whose pieces after the joining space are tokenized in one call (--pack window)
+After = Pieces | AtlasError | None  # a sentence's pieces after a window's joining space (Inputs.continuations)
 
 
 @dataclass
@@ -77,15 +83,30 @@ class Inputs:
     path: Path | str
     mode: str = "written"
     _windows: dict[tuple[int, ...], Pieces] = field(default_factory=dict, repr=False)  # the last two
+    _joining: Joining | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def of(cls, tokenizer: PreTrainedTokenizerBase, decoder: bool, path: Path | str, mode: str = "written") -> Inputs:
         return cls(tokenizer, read_template(tokenizer, decoder), path, mode)
 
+    def continuations(self, sentences: list[AlignedSentence]) -> list[After]:
+        """Each sentence's pieces as a later sentence of a window (``ingest.align.continuations``): None where a
+        window holding it is tokenized as one text."""
+        if self._joining is None:
+            self._joining = Joining.of(self.tokenizer)
+        return continuations(self.tokenizer, self._joining, sentences, self.path, self.mode)
+
     def text(self, group: list[AlignedSentence]) -> Pieces:
-        """The pieces of sentences as one text: a sentence alone as aligned, several tokenized together."""
+        """The pieces of sentences as one text: a sentence alone as aligned, several as their text's pieces."""
         if len(group) == 1:
             return group[0].pieces
+        window = Window(self)
+        for a, after in zip(group, self.continuations(group), strict=True):
+            window.add(a, after)
+        return window.pieces()
+
+    def tokenized(self, group: list[AlignedSentence]) -> Pieces:
+        """The pieces of several sentences tokenized together, as one text (the last two kept)."""
         key = tuple(a.sentence.index for a in group)
         if key not in self._windows:
             text = text_of([a.sentence for a in group], self.mode)
@@ -135,6 +156,52 @@ class Inputs:
         return Layout(ids, types, segs, words, special, role, text)
 
 
+class Window:
+    """A window's sentences and their pieces' count as it grows, sentence by sentence: the first sentence's own
+    pieces and each later one's after the joining space (``Inputs.continuations``), added up; where one is None,
+    the window is tokenized as one text (``Inputs.tokenized``)."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        self.sentences: list[AlignedSentence] = []
+        self.parts: list[Pieces] | None = []  # None: tokenized as one text
+        self.n_pieces = 0
+
+    def length_with(self, sentence: AlignedSentence, after: After) -> int:
+        """The input's length with ``sentence`` (and its pieces ``after`` the joining space) added last."""
+        if self.parts is None or after is None:
+            return self.inputs.length([self.inputs.tokenized([*self.sentences, sentence])])
+        if isinstance(after, AtlasError):
+            raise after
+        return self.n_pieces + len(after) + self.inputs.template.n_special(1)
+
+    def add(self, sentence: AlignedSentence, after: After) -> None:
+        """Add ``sentence`` last; ``after``: its pieces after the joining space (of the first sentence: whether
+        the window can be assembled, not None)."""
+        if not self.sentences:
+            self.parts, self.n_pieces = ([sentence.pieces] if after is not None else None), len(sentence.pieces)
+        elif self.parts is not None and isinstance(after, Pieces):
+            self.parts.append(after)
+            self.n_pieces += len(after)
+        else:
+            self.parts = None
+        self.sentences.append(sentence)
+
+    def pieces(self) -> Pieces:
+        if len(self.sentences) == 1:
+            return self.sentences[0].pieces
+        if self.parts is None:
+            return self.inputs.tokenized(self.sentences)
+        return joined_pieces(self.parts)
+
+
+def _ahead(sentences: Iterable[AlignedSentence], inputs: Inputs) -> Iterator[tuple[AlignedSentence, After]]:
+    """Each sentence with its pieces after the joining space, tokenized ``AHEAD`` sentences at a time."""
+    it = iter(sentences)
+    while block := list(islice(it, AHEAD)):
+        yield from zip(block, inputs.continuations(block), strict=True)
+
+
 def group_examples(
     sentences: Iterable[AlignedSentence], pack: str, max_length: int, inputs: Inputs, first_id: int = 0
 ) -> Iterator[Example]:
@@ -143,27 +210,34 @@ def group_examples(
     limit = 2 if pair else (1 if pack == "none" else None)
     next_id = first_id
     group: list[AlignedSentence] = []
+    window = Window(inputs)
 
     def emit(items: list[AlignedSentence], skipped: bool = False) -> Example:
         nonlocal next_id
-        texts = inputs.texts(items, pair)
+        texts = [window.pieces()] if pack == "window" and not skipped else inputs.texts(items, pair)
         example = Example(next_id, items[0].sentence.doc_id, items, pair, texts, inputs.length(texts), skipped)
         next_id += 1
         return example
 
-    for s in sentences:
+    def too_long(s: AlignedSentence, after: After) -> bool:
+        if pack == "window":
+            return window.length_with(s, after) > max_length
+        return inputs.length(inputs.texts([*group, s], pair)) > max_length
+
+    items: Iterator[tuple[AlignedSentence, After]]
+    items = _ahead(sentences, inputs) if pack == "window" else ((s, None) for s in sentences)
+    for s, after in items:
         if inputs.length([s.pieces]) > max_length:
             if group:
                 yield emit(group)
-                group = []
+                group, window = [], Window(inputs)
             yield emit([s], skipped=True)
             continue
         same_doc = bool(group) and group[0].sentence.doc_id == s.sentence.doc_id
-        if group and (
-            not same_doc or len(group) == limit or inputs.length(inputs.texts([*group, s], pair)) > max_length
-        ):
+        if group and (not same_doc or len(group) == limit or too_long(s, after)):
             yield emit(group)
-            group = []
+            group, window = [], Window(inputs)
         group.append(s)
+        window.add(s, after)
     if group:
         yield emit(group)
