@@ -22,6 +22,12 @@ class Budget:
     batch_weights: int  # a forward batch's maps, every layer's, at most this many weights (a longer input: alone)
     block_weights: int  # an input whose maps are more: read in blocks of rows of this many weights
 
+    @property
+    def work_weights(self) -> int:
+        """Beside an accelerator, the weights whose rows are computed at once (ingest.tensor_rows): half a block,
+        since a batch's rows are computed while the next batch runs."""
+        return self.block_weights // 2
+
 
 def budget_for(device: torch.device) -> Budget:
     """The budget on ``device``: on CUDA from its free memory now (the model loaded), else the fixed numbers."""

@@ -181,6 +181,7 @@ def _prepare_chunk(
             lm.decoder,
             first_piece=settings.word_rows == "first",
             block_weights=budget.block_weights if long else None,
+            work_weights=budget.work_weights,
         )
         batches.append(_Batch(batch, layouts, rows_of))
     return _Chunk(rows, batches, sum(e.skipped for e in examples))

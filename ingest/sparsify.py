@@ -99,6 +99,7 @@ class BatchRows:
         causal: bool = False,
         first_piece: bool = False,
         block_weights: int | None = None,
+        work_weights: int | None = None,
     ) -> None:
         n_max = max(lengths)
         self.names = list(targets[0]) if targets else []
@@ -117,7 +118,13 @@ class BatchRows:
         self.word_keys = _keys(np.asarray(batch.word_rows, dtype=np.int64), n_layers, n_heads)
         # block_weights: an input too long for its whole maps, read in blocks of rows of that many weights
         self.by_rows = None if block_weights is None else BlockRows(batch, block_weights)
-        self.arrays = self.by_rows or (CpuRows if device.type == "cpu" else TensorRows)(batch)
+        # work_weights: on an accelerator, the weights of the inputs whose rows are computed at once
+        if self.by_rows is not None:
+            self.arrays = self.by_rows
+        elif device.type == "cpu":
+            self.arrays = CpuRows(batch)
+        else:
+            self.arrays = TensorRows(batch) if work_weights is None else TensorRows(batch, work_weights)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""

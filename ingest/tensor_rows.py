@@ -16,18 +16,19 @@ import torch
 
 from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
+from atlas.ingestion.stages import stage
 
 Arrays = dict[str, np.ndarray]
 
 FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
-BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work (4 MiB of float32)
+BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work by default (4 MiB of float32; the ingest's: budget.py)
 # the store's integer types (ingest.row_batch) as torch's, made on the device before the columns cross to the host
 LAYER = torch.from_numpy(np.zeros(0, dtype=LAYER_TYPE)).dtype
 POSITION = torch.from_numpy(np.zeros(0, dtype=POSITION_TYPE)).dtype
 
 
-def _blocks(n_examples: int, per_example: int) -> Iterator[tuple[int, int]]:
-    step = max(1, BLOCK_WEIGHTS // per_example)
+def _blocks(n_examples: int, per_example: int, work_weights: int) -> Iterator[tuple[int, int]]:
+    step = max(1, work_weights // per_example)
     for start in range(0, n_examples, step):
         yield start, min(start + step, n_examples)
 
@@ -91,8 +92,8 @@ class TensorRows:
     """What ``ingest.cpu_rows.CpuRows`` computes, with tensor operations on the maps' device: ``layer`` keeps each
     layer's maps there (tensor operations over the whole batch need all of them), ``result`` computes the rows."""
 
-    def __init__(self, batch: RowBatch) -> None:
-        self.batch = batch
+    def __init__(self, batch: RowBatch, work_weights: int = BLOCK_WEIGHTS) -> None:
+        self.batch, self.work_weights = batch, work_weights  # attention weights per block of work (all layers)
         self.maps: list[torch.Tensor] = []
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
@@ -104,28 +105,30 @@ class TensorRows:
         assert len(maps) == spec.n_layers, "every layer's maps"
         device = maps[0].device
         n_examples = len(spec.lengths)
-        with torch.inference_mode():
+        with torch.inference_mode(), stage("row work", device):
             batch = _Batch(device, spec.n_max, spec.lengths, spec.token_words, spec.n_words, spec.masks,
                            spec.first_piece)  # fmt: skip
             rule = (spec.kept_mass, spec.max_edges, spec.causal, spec.smoothing, spec.weight_step)
             done = [
                 _block_rows(maps, batch, start, stop, *rule)
-                for start, stop in _blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max)
+                for start, stop in _blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max**2, self.work_weights)
             ]
             self.maps = []
             # only the inputs' own rows cross to the host: input after input, each in (layer, head, position) order
-            bounds = list(_blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max * spec.n_max))
+            bounds = list(_blocks(n_examples, spec.n_layers * spec.n_heads * spec.n_max**2, self.work_weights))
             stats = _flat([d[0] for d in done], [batch.n[start:stop] for start, stop in bounds])
             word_rows = torch.tensor(spec.word_rows, device=device)
             words = _flat([d[1] for d in done], [word_rows[start:stop] for start, stop in bounds])
             edges, counts = _edge_columns([d[2] for d in done], n_examples, spec.n_layers, spec.n_heads,
                                           spec.weight_step)  # fmt: skip
-        return stats, words, edges, counts
+        with stage("to the host"):
+            stats, words, edges = ({name: t.cpu().numpy() for name, t in p.items()} for p in (stats, words, edges))
+            return stats, words, edges, counts.cpu().numpy()
 
 
-def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> Arrays:
-    """Host columns of the blocks' ``[examples, layers * heads, positions, ...]`` tensors: each example's first
-    ``lengths`` positions of each of its rows, example after example (one index per block, found once)."""
+def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Columns (on the device) of the blocks' ``[examples, layers * heads, positions, ...]`` tensors: each example's
+    first ``lengths`` positions of each of its rows, example after example (one index per block, found once)."""
     out: dict[str, list[torch.Tensor]] = {name: [] for name in parts[0]}
     for part, n in zip(parts, lengths, strict=True):
         if not part:
@@ -134,7 +137,7 @@ def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> 
         kept = (torch.arange(grid[2], device=n.device) < n[:, None, None]).expand(grid).flatten().nonzero()[:, 0]
         for name, t in part.items():
             out[name].append(t.flatten(0, 2)[kept])
-    return {name: torch.cat(columns).cpu().numpy() for name, columns in out.items()}
+    return {name: torch.cat(columns) for name, columns in out.items()}
 
 
 def _block_rows(
@@ -275,19 +278,19 @@ def _edge_columns(
     n_layers: int,
     n_heads: int,
     weight_step: float,
-) -> tuple[Arrays, np.ndarray]:
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """The edges of the blocks (rows: example in the block, layer * heads + head, source; destinations and
-    weights, in that order) as host columns in (example, layer, head, source, destination) order, and each
+    weights, in that order) as columns (on the device) in (example, layer, head, source, destination) order, and each
     example's count of edges."""
-    counts = np.zeros(n_examples, dtype=np.int64)
+    counts = torch.zeros(n_examples, dtype=torch.int64, device=parts[0][0].device)
     columns: dict[str, list[torch.Tensor]] = {name: [] for name in ("layer", "head", "src_tok", "dst_tok", "weight")}
     index = torch.arange(n_layers * n_heads, device=parts[0][0].device)
     layer_of, head_of = (index // n_heads).to(LAYER), (index % n_heads).to(LAYER)
     for rows, dst, weight, start, stop in parts:
-        counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start).cpu()
+        counts[start:stop] = torch.bincount(rows[:, 0], minlength=stop - start)
         columns["layer"].append(layer_of[rows[:, 1]])
         columns["head"].append(head_of[rows[:, 1]])
         columns["src_tok"].append(rows[:, 2].to(POSITION))
         columns["dst_tok"].append(dst.to(POSITION))
         columns["weight"].append(weight.float())
-    return {name: torch.cat(parts).cpu().numpy() for name, parts in columns.items()}, counts
+    return {name: torch.cat(parts) for name, parts in columns.items()}, counts

@@ -306,6 +306,7 @@ def test_the_compiled_pass_and_the_tensor_operations_key_heads_and_positions_pas
     assert [int(out[k][0]) for k in ("layer", "head", "src", "dst")] == [0, 199, 40_000, 39_999]
     rows = torch.tensor([[0, n_heads - 1, n - 1]])  # example, layer * heads + head, source
     edges, found = _edge_columns([(rows, torch.tensor([n - 2]), torch.tensor([0.75]), 0, 1)], 1, 1, n_heads, 2**-8)
+    edges = {name: column.numpy() for name, column in edges.items()}  # on the device until they cross to the host
     assert found.tolist() == [1]
     assert {k: edges[k].dtype for k in ("layer", "head", "src_tok", "dst_tok")} == {
         "layer": LAYER_TYPE, "head": LAYER_TYPE, "src_tok": POSITION_TYPE, "dst_tok": POSITION_TYPE,
