@@ -49,6 +49,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from atlas.catalogue import resolve, run_entry  # noqa: E402
 from atlas.errors import AtlasError  # noqa: E402
 from atlas.ingestion.align import is_punct  # noqa: E402
+from atlas.ingestion.budget import budget_for  # noqa: E402
 from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
 from atlas.ingestion.device import resolve_device  # noqa: E402
@@ -88,13 +89,14 @@ def forward_pass(
     length, and the kept inputs (``keep``)."""
     device = resolve_device(settings.device)
     lm.model.to(device)
+    budget = budget_for(device)
     kept: list[dict] = []
     lengths: list[int] = []
     copy_wall = copy_cpu = 0.0
     wall, cpu = time.perf_counter(), time.process_time()
     inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
     for block in chunks(corpus, lm, settings, inputs):
-        for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads):
+        for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads, budget.batch_weights):
             layouts = [inputs.layout(e) for e in batch]
             maps = (whole_maps if whole else attention_maps)(
                 lm, [(lay.input_ids, lay.type_ids) for lay in layouts], device
