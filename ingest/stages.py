@@ -1,7 +1,7 @@
 """Where an ingest's time goes: seconds per stage, kept only while ``timing()`` is active (the bench's ``## stages``
-table). Each stage ends by waiting for the device's queued work, so that an accelerator's work is counted in the
-stage that launched it; a stage inside another is counted in its own row only. Outside ``timing()`` a stage costs
-a check of one variable."""
+table). A stage given a device waits for its queued work as it starts and as it ends, so that an accelerator's work
+is counted in the stage that launched it; a stage inside another is counted in its own row only. Outside ``timing()``
+a stage costs a check of one variable."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ def stage(name: str, device: torch.device | None = None, gaps: bool = False) -> 
         yield
         return
     inner = _local.__dict__.setdefault("open", [])
+    _wait(device)  # what was queued before counts where it was queued
     inner.append(0.0)
     start = time.perf_counter()
     if gaps and name in _last:
