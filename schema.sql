@@ -29,6 +29,7 @@ CREATE TABLE runs (
                                  --   piece's row (the released code's default)
     dtype VARCHAR,               -- the weights' dtype: float32 (every run made before the setting) | bfloat16 |
                                  --   float16; the attention softmax and every statistic are float32 in each
+    config VARCHAR,              -- --random-init --config: the overrides of the model's config, as JSON; NULL: none
     max_length INTEGER,          -- longest input in word pieces; longer sentences are skipped, never truncated
                                  --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)

@@ -7,6 +7,7 @@ model is the run's: its weights hash is checked against the one recorded at inge
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,23 +33,25 @@ class StoredInput:
 
 
 def run_model(store: Store, run_id: str, param: str = "run", model: str | None = None) -> LoadedModel:
-    """Load the model a run was made with (``model``: from there instead, where it has moved since); refuse one
-    whose weights differ from the recorded hash (``param``: the parameter the run was given as)."""
+    """Load the model a run was made with, in its dtype and with its config overrides (``model``: from there instead,
+    where it has moved since); refuse one whose weights differ from the recorded hash (``param``: the parameter the
+    run was given as)."""
     con = store.connect()
     row = con.execute(
-        "SELECT model_source, model_hash, random_init, seed FROM runs WHERE run_id = ?", [run_id]
+        "SELECT model_source, model_hash, random_init, seed, dtype, config FROM runs WHERE run_id = ?", [run_id]
     ).fetchone()
     con.close()
     given = arg(param, repr(run_id))
     if row is None:
         raise AtlasError(f"{given}: no such run in {store.root} (see 'atlas runs')")
-    source, model_hash, random_init, seed = row
+    source, model_hash, random_init, seed, dtype, config = row
     if model is None and Path(source).is_absolute() and not Path(source).is_dir():
         raise AtlasError(
             f"{given}: its model was at {source}, which is no longer there; give {arg('model')} and "
             "the model's folder now (its weights are checked against the run's)"
         )
-    lm = load_model(model or source, random_init=random_init, seed=seed)
+    # in the run's dtype, with its config overrides: the model that made its maps
+    lm = load_model(model or source, random_init=random_init, seed=seed, dtype=dtype, **json.loads(config or "{}"))
     if lm.model_hash != model_hash:
         raise AtlasError(f"{given}: the model at {model or source} is not the one the run was made with")
     return lm

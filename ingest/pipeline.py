@@ -515,6 +515,7 @@ def _stage_and_publish(
         "text": settings.text,
         "word_rows": settings.word_rows,
         "dtype": settings.dtype,
+        "config": json.dumps(lm.config_overrides, sort_keys=True) if lm.config_overrides else None,
         "max_length": max_length,
         "kept_mass": settings.kept_mass,
         "max_edges": None if settings.kept_mass is None else settings.max_edges,

@@ -26,6 +26,7 @@ from atlas.ingestion.corpus_info import CorpusInfo
 from atlas.ingestion.device import resolve_dtype
 from atlas.ingestion.run_id import Settings, check_settings, ingested_run, run_id_for
 from atlas.model.identity import config_overrides, model_identity
+from atlas.recompute import run_model
 from atlas.store import Store
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
 
@@ -167,6 +168,18 @@ def test_float16_runs_on_a_cpu(tmp_path, corpus):
     sums = "SELECT min(entropy), max(to_self + to_prev + to_next) FROM attn_rows WHERE run_id = ?"
     low, high = st.connection.execute(sums, [done.run_id]).fetchone()
     assert low > 0 and high <= 1.0001
+
+
+def test_a_runs_model_is_loaded_again_in_its_dtype_with_its_config(tmp_path, corpus):
+    """What recomputes a run's maps (distances, probes, patterns) loads the model that made them."""
+    done = atlas.ingest(
+        corpus, store=tmp_path / "s", random_init=True, config=TINY, dtype="bfloat16", progress=False
+    )
+    assert atlas.open(tmp_path / "s").sql("SELECT config FROM runs").item() == json.dumps(
+        config_overrides(TINY), sort_keys=True
+    )
+    lm = run_model(Store(tmp_path / "s"), done.run_id)
+    assert (lm.dtype, lm.n_layers, lm.n_heads, lm.model.config.hidden_size) == ("bfloat16", 2, 4, 32)
 
 
 def test_config_overrides_shape_a_random_model(tmp_path, corpus):
