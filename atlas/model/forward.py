@@ -5,6 +5,7 @@ every layer, or each input's maps as arrays on the host."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 import numpy as np
 import torch
@@ -60,23 +61,13 @@ def stream_attention(
         nonlocal captured
         probs = probs.float()
         if future is not None and captured == 0 and probs.masked_select(future).any():
-            raise AtlasError(
-                f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
-            )
+            raise _looked_ahead(lm)
         each_layer(captured, probs)
         captured += 1
         if captured == lm.n_layers:
             raise _AllCaptured
 
-    try:
-        with torch.inference_mode(), recording(take):
-            lm.model(**kwargs)
-    except _AllCaptured:
-        return
-    raise AtlasError(
-        f"{arg('model', repr(lm.name))}: attention captured for {captured} of {lm.n_layers} layers; "
-        "this architecture does not route attention through transformers' AttentionInterface"
-    )
+    _to_the_last_layer(lm, kwargs, recording(take), lambda: captured)
 
 
 class _Layers:
@@ -113,19 +104,29 @@ def stream_rows(
 
     def take(layer: int, start: int, probs: torch.Tensor) -> None:
         if lm.decoder and layer == 0 and probs.triu(start + 1).any():
-            raise AtlasError(
-                f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
-            )
+            raise _looked_ahead(lm)
         each_block(layer, start, probs)
 
     layers = _Layers(take, bounds, lm.n_layers)
+    _to_the_last_layer(lm, kwargs, reading_rows(layers), lambda: layers.layer + 1)
+
+
+def _looked_ahead(lm: LoadedModel) -> AtlasError:
+    return AtlasError(
+        f"{arg('model', repr(lm.name))}: a decoder gave weight to a future token (causal mask not applied)"
+    )
+
+
+def _to_the_last_layer(lm: LoadedModel, kwargs: dict, taking: AbstractContextManager, taken: Callable[[], int]) -> None:
+    """Run the model while ``taking`` hands its attention on, until the last layer's is in (``_AllCaptured``);
+    refuse a model that ends first (``taken``: the layers handed on)."""
     try:
-        with torch.inference_mode(), reading_rows(layers):
+        with torch.inference_mode(), taking:
             lm.model(**kwargs)
     except _AllCaptured:
         return
     raise AtlasError(
-        f"{arg('model', repr(lm.name))}: attention read for {layers.layer + 1} of {lm.n_layers} layers; "
+        f"{arg('model', repr(lm.name))}: attention captured for {taken()} of {lm.n_layers} layers; "
         "this architecture does not route attention through transformers' AttentionInterface"
     )
 
