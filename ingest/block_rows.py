@@ -33,7 +33,7 @@ def _map_large() -> None:
     """Have glibc map every allocation of MAPPED bytes or more and unmap it when freed, for the rest of the process.
     By default glibc raises that threshold as large blocks are freed (to 32 MiB), then serves a block's temporaries
     from its heap, between the small tensors kept from earlier blocks, and the heap grew with every block: an
-    8,191-token input added 1,760 MB, 256 MB with this (2 layers x 4 heads, 68 blocks a layer). A no-op without
+    8,191-token input added 1,760 MB, 221 MB with this (2 layers x 4 heads, 68 blocks a layer). A no-op without
     glibc."""
     global _mapped
     if not _mapped:
