@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import atlas  # noqa: E402
+from atlas.errors import AtlasError  # noqa: E402
 from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import check_corpus  # noqa: E402
 from atlas.ingestion.pipeline import Settings, ingest  # noqa: E402
@@ -54,3 +57,13 @@ def dense_store(tmp_path_factory, ewt_small, model) -> tuple[Store, str]:
 @pytest.fixture(scope="session")
 def sparse_store(tmp_path_factory, ewt_small, model) -> tuple[Store, str]:
     return make_store(tmp_path_factory.mktemp("sparse"), ewt_small, model, text="words")
+
+
+def answer_or_refusal(root: Path, name: str, params: dict[str, object]) -> atlas.Answer | AtlasError:
+    """Entry ``name``'s answer on the store at ``root`` (its notes silenced), or the refusal it gave."""
+    with warnings.catch_warnings(), atlas.open(root) as st:
+        warnings.simplefilter("ignore", atlas.AtlasNote)
+        try:
+            return st.answer(name, **params)
+        except AtlasError as exc:
+            return exc

@@ -9,7 +9,6 @@ types, so every entry answers a run of such a mixed store as it answers the same
 from __future__ import annotations
 
 import math
-import warnings
 from pathlib import Path
 
 import duckdb
@@ -30,7 +29,7 @@ from atlas.ingestion.sparsify import _keys, batch_rows
 from atlas.ingestion.tensor_rows import _edge_columns
 from atlas.ingestion.write import write_table
 from atlas.store import Store, table_schemas, to_table
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, make_store
 
 # the columns schema.sql declared TINYINT (layers, heads) and SMALLINT (positions, counts) before they were widened
 LAYERS = {"layer", "head", "layer_a", "head_a", "layer_b", "head_b"}
@@ -94,13 +93,6 @@ def stores(tmp_path_factory, corpora, model) -> tuple[Path, Path, str, str]:
     return new, mixed, run_a, run_b
 
 
-def _answer(root: Path, name: str, params: dict[str, object]) -> atlas.Answer | AtlasError:
-    with warnings.catch_warnings(), atlas.open(root) as st:
-        warnings.simplefilter("ignore", atlas.AtlasNote)
-        try:
-            return st.answer(name, **params)
-        except AtlasError as exc:
-            return exc
 
 
 def assert_same_frame(want: pl.DataFrame, got: pl.DataFrame) -> None:
@@ -181,7 +173,7 @@ def test_every_entry_answers_a_mixed_store_as_a_store_written_now(stores, name):
     store written now: the same rows of the same types, or the same refusal."""
     new, mixed, run_a, run_b = stores
     for params in ({"run": run_a}, {"run": run_b}, {"runs": [run_a, run_b]}, {}):
-        want, got = _answer(new, name, params), _answer(mixed, name, params)
+        want, got = answer_or_refusal(new, name, params), answer_or_refusal(mixed, name, params)
         if isinstance(want, AtlasError) or isinstance(got, AtlasError):
             assert str(got) == str(want), params
             continue
@@ -194,9 +186,9 @@ def test_entries_over_both_runs_answer(stores):
     _, mixed, run_a, run_b = stores
     for name in ("entropy", "special tokens", "relative position", "best head per dependency relation"):
         for params in ({"run": run_a}, {"run": run_b}, {"runs": [run_a, run_b]}):
-            answer = _answer(mixed, name, params)
+            answer = answer_or_refusal(mixed, name, params)
             assert not isinstance(answer, AtlasError) and len(answer.frame), (name, params, answer)
-    assert len(_answer(mixed, "coreference heads", {"run": run_a}).frame)
+    assert len(answer_or_refusal(mixed, "coreference heads", {"run": run_a}).frame)
 
 
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
@@ -227,7 +219,7 @@ def test_mixed_store_on_spark(stores):
         answered = 0
         for name in ("entropy", "best head per dependency relation", "coreference heads"):
             for run in (run_a, run_b):
-                want = _answer(new, name, {"run": run})
+                want = answer_or_refusal(new, name, {"run": run})
                 if isinstance(want, AtlasError):
                     continue
                 got = atlas.spark.answer(spark, mixed, name, run=run).collect()

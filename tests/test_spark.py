@@ -15,7 +15,6 @@ import math
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import polars as pl
@@ -37,7 +36,7 @@ from atlas.spark import engine
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import files, schema_ddl
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, make_store
 
 GLUE = ROOT / "samples" / "glue" / "RTE"
 FRAMENET = ROOT / "samples" / "framenet" / "lu"
@@ -219,13 +218,6 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
     return calls
 
 
-def _duckdb(root: Path, name: str, params: dict[str, object]) -> atlas.Answer | AtlasError:
-    with warnings.catch_warnings(), atlas.open(root) as st:
-        warnings.simplefilter("ignore", atlas.AtlasNote)
-        try:
-            return st.answer(name, **params)
-        except AtlasError as exc:
-            return exc
 
 
 def _spark(spark, root: Path, name: str, params: dict[str, object]) -> tuple[pl.DataFrame, str, tuple] | AtlasError:
@@ -257,7 +249,7 @@ def test_every_entry_answers_on_spark_as_on_duckdb(store, spark, name):
     root, runs = store
     answered = 0
     for params in _calls(runs)[name]:
-        want, got = _duckdb(root, name, params), _spark(spark, root, name, params)
+        want, got = answer_or_refusal(root, name, params), _spark(spark, root, name, params)
         if isinstance(want, AtlasError) or isinstance(got, AtlasError):
             assert str(got) == str(want), params  # refused alike
             continue
@@ -278,7 +270,7 @@ def test_runs_written_before_roles_and_first_token_answer_as_now(store, spark, t
         for part in (old / "data" / runs["dense"] / table).glob("*.parquet"):
             pq.write_table(pq.read_table(part).drop_columns([column]), part)
     for name in ("attention sink", "entropy", "sep to sep", "cls attention by feature"):
-        now = _duckdb(root, name, {})
+        now = answer_or_refusal(root, name, {})
         got = _spark(spark, old, name, {})
         assert not isinstance(got, AtlasError), (name, got)
         assert_same_rows(now.frame, got[0])
