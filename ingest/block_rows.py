@@ -109,9 +109,8 @@ class BlockRows:
         stats["received"][0] += block.sum(dim=-2, dtype=exact_dtype(block.device))
         if self.words:
             self._word_rows(layer, block, start, stop)
-        valid = torch.ones(1, block.shape[-2], dtype=torch.bool, device=block.device)
-        where, dst, weight = self._edges(block, argmax, start, valid)
-        self.edges[layer].append((where[:, 1], where[:, 2] + start, dst, weight))
+        head, row, dst, weight = self._edges(block, argmax, start)
+        self.edges[layer].append((head, row + start, dst, weight))
 
     def _new_layer(self, probs: torch.Tensor) -> None:
         heads, device = probs.shape[1], probs.device
@@ -128,17 +127,22 @@ class BlockRows:
             })  # fmt: skip
 
     def _edges(
-        self, block: torch.Tensor, argmax: torch.Tensor, start: int, valid: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self, block: torch.Tensor, argmax: torch.Tensor, start: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The block's kept edges, in (head, row, destination) order: their heads, rows in the block, destinations and
+        stored weights."""
         spec = self.batch
         if spec.kept_mass is not None:
-            return _edges(block[None], argmax[None], valid, spec.kept_mass, spec.max_edges, False, spec.weight_step)
+            valid = torch.ones(1, block.shape[-2], dtype=torch.bool, device=block.device)  # every row its input's
+            where, dst, weight = _edges(block[None], argmax[None], valid, spec.kept_mass, spec.max_edges, False,
+                                        spec.weight_step)  # fmt: skip
+            return where[:, 1], where[:, 2], dst, weight
         rows, n = block.shape[-2:]
         pairs = torch.ones(rows, n, dtype=torch.bool, device=block.device)
         if spec.causal:
-            pairs = pairs.tril(start)
-        where = pairs.expand(block.shape).nonzero()
-        return torch.nn.functional.pad(where, (1, 0)), where[:, 2], block[pairs.expand(block.shape)]
+            pairs = pairs.tril(start)  # no edge to a later token
+        head, row, dst = pairs.expand(block.shape).nonzero().unbind(-1)
+        return head, row, dst, block[pairs.expand(block.shape)]
 
     def _word_rows(self, layer: int, block: torch.Tensor, start: int, stop: int) -> None:
         """The word-level rows of the words whose first piece is in the block (all their pieces are), and the running
