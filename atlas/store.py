@@ -149,8 +149,9 @@ def _float16_exact(column: pa.ChunkedArray) -> bool:
 def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     """Build a table of the store, cast to the schema of schema.sql.
 
-    A column is an array or list of ``n_rows`` values, or a scalar repeated on every row (a repeated
-    string is dictionary-encoded, so a run id costs nothing per row); a column not given is all NULL.
+    A column is an array (NumPy's or Arrow's, chunked or not) or list of ``n_rows`` values, or a scalar repeated
+    on every row (a repeated string is dictionary-encoded, so a run id costs nothing per row); a column not given
+    is all NULL.
     """
     schema = table_schemas()[name]
     unknown = set(columns) - set(schema.names)
@@ -164,6 +165,8 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
             arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value], field.type)))
         elif value is None or isinstance(value, int | float | bool | datetime):
             arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
+        elif isinstance(value, pa.Array | pa.ChunkedArray):
+            arrays.append(value.cast(field.type))
         else:
             arrays.append(pa.array(value).cast(field.type))
         if not field.nullable and arrays[-1].null_count:

@@ -163,16 +163,20 @@ def batch_rows(
 
 def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: bool) -> None:
     """To the stored precision (see above), in place: the sparse setting's fixed point, float16 and entropy bits;
-    float32 in the dense setting."""
+    float32 in the dense setting. The masses become ``[masses, rows]``."""
     entropy, received = stats["entropy"].astype(np.float32), stats["received"].astype(np.float32)
+    # a row per mass, so that each mass column is contiguous (taken by Arrow without a copy: ChunkRows.add_attention)
+    masses = np.ascontiguousarray(stats["masses"].T, dtype=np.float32)
     if sparse:  # to 17 significant bits (relative error at most 2**-17): the lower bits cost a byte a row on disk
         entropy = ((entropy.view(np.int32) + ENTROPY_ROUND // 2) & -ENTROPY_ROUND).view(np.float32)
         received = received.astype(np.float16).astype(np.float32)
-        stats["masses"] = _fixed(stats["masses"], MASS_STEP)
+        masses /= MASS_STEP
+        np.round(masses, out=masses)
+        masses *= MASS_STEP
         for name in ("weight", "from_weight"):
             if name in words:
                 words[name] = _fixed(words[name], WEIGHT_STEP)
-    stats["entropy"], stats["received"] = entropy, received
+    stats["entropy"], stats["received"], stats["masses"] = entropy, received, masses
 
 
 def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:
@@ -190,7 +194,7 @@ def _rows(stats: dict[str, np.ndarray], keys: Table, mass_names: list[str], firs
     """attn_rows of the batch from its statistics (input after input, each input's in (layer, head, position) order)."""
     columns = {"layer": keys.columns["layer"], "head": keys.columns["head"], "src_tok": keys.columns["position"]}
     columns.update({name: a for name, a in stats.items() if name != "masses"})
-    columns.update({name: stats["masses"][:, k] for k, name in enumerate(mass_names)})
+    columns.update(zip(mass_names, stats["masses"], strict=True))
     if any(first_is_cls):  # NULL where position 0 is the input's only cls/bos token: the store reads to_cls there
         columns["to_first"] = np.ma.array(columns["to_first"], mask=np.repeat(first_is_cls, keys.counts))
     return Table(columns, keys.counts)
