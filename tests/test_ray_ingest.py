@@ -17,20 +17,25 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 import pytest
+import torch
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 from tqdm import tqdm
 
+import atlas.ingestion.block_rows as block_rows
 import atlas.ingestion.pipeline as pipeline
 import atlas.ingestion.ray_engine as ray_engine
 from atlas import api
 from atlas.catalogue import entries
 from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.ingestion.budget import budget_for
 from atlas.ingestion.conllu import read_conllu
 from atlas.ingestion.corpus import check_corpus
 from atlas.ingestion.examples import Inputs
+from atlas.ingestion.repeated import Repeated
 from atlas.ingestion.run_id import Settings
+from atlas.model.load import load_model
 from atlas.store import Store, table_schemas
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
@@ -253,3 +258,22 @@ def test_the_default_ingest_does_not_import_ray(tmp_path, corpus):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
     assert "run " in done.stdout  # the ingest ran
+
+
+def test_ray_workers_read_long_inputs_by_rows_as_one_process_does(ray_local, tmp_path, monkeypatch):
+    """Inputs over a CPU's attention budget are read by rows in the workers too, whose model is loaded with the
+    driver's config overrides (here more positions): the store is the single-process ingest's, row for row."""
+    lm = load_model(str(ROOT / "samples" / "models" / "induction-2l"), random_init=True, n_positions=2304)
+    repeated = Repeated(length=1100, count=2)  # inputs of 2,201 tokens with the BOS: 38.8 M weights each
+    assert lm.n_layers * lm.n_heads * (2 * repeated.length + 1) ** 2 > budget_for(torch.device("cpu")).batch_weights
+    settings = Settings(chunk_examples=1)  # a chunk for each worker
+    blocks = []
+    with monkeypatch.context() as patch:  # the single process's inputs go by rows (the workers' are not seen here)
+        rows = block_rows.BlockRows.rows
+        patch.setattr(block_rows.BlockRows, "rows", lambda self, *args: blocks.append(1) or rows(self, *args))
+        single = pipeline.ingest(repeated.info(), Store(tmp_path / "single"), lm, settings, progress=False)
+    assert blocks
+    store = Store(tmp_path / "ray")
+    engine = ray_engine.RayEngine(workers=2)
+    done = pipeline.ingest(repeated.info(), store, lm, settings, progress=False, stage=engine)
+    assert_same_store(store, (Store(tmp_path / "single"), single.run_id), done.run_id)
