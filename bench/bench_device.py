@@ -18,7 +18,8 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
    so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
    to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
    host, the tables, the writing, the main thread waiting for the writers, and the device waiting for the host
-   (the gaps between the model's forward batches);
+   (the gaps between the model's forward batches); each also per token and per attention row; then the host's
+   own stages (reading, tables, writing) spread over every core: a floor to the ingest, against (a);
 5. with --memory L1 L2 ...: for repeated random tokens of each length (inputs of 2 L + 1 tokens with a BOS), the
    memory an ingest adds to the loaded model's, each ingest in a process of its own: on a CPU the peak resident
    memory less the resident memory before the ingest, on CUDA the peak allocated device memory less that before;
@@ -63,6 +64,8 @@ from atlas.store import Store  # noqa: E402
 STAGES = (
     "reading and aligning", "model", "row work", "to the host", "tables", "writing", "waiting for the writers", WAITING,
 )  # fmt: skip
+# the work on the host whatever the device: a floor to the ingest where the model's is milliseconds
+HOST_STAGES = ("reading and aligning", "tables", "writing")
 
 
 def _sync(device: torch.device) -> None:
@@ -280,10 +283,20 @@ def main() -> None:
             start = time.perf_counter()
             ingest(corpus, Store(work / "staged"), lm, settings, progress=False)
             wall = time.perf_counter() - start
-        print(f"\n## stages (one more ingest, each stage waited for: {wall:.2f} s)")
-        print("| stage | s | share of the ingest |\n|---|---|---|")
+        con = Store(work / "staged").connect()
+        tokens, edges = con.execute("SELECT n_tokens, n_edges FROM runs").fetchone()
+        con.close()
+        rows = tokens * lm.n_layers * lm.n_heads  # attention rows: one per token, layer and head
+        print(f"\n## stages (one more ingest, each stage waited for: {wall:.2f} s; {tokens:,} tokens, {rows:,} "
+              f"attention rows, {edges:,} edges)")  # fmt: skip
+        print("| stage | s | share of the ingest | µs per token | ns per attention row |\n|---|---|---|---|---|")
         for stage in STAGES:
-            print(f"| {stage} | {clock.get(stage, 0.0):.3f} | {clock.get(stage, 0.0) / wall:.0%} |")
+            s = clock.get(stage, 0.0)
+            print(f"| {stage} | {s:.3f} | {s / wall:.0%} | {s / tokens * 1e6:.2f} | {s / rows * 1e9:.0f} |")
+        host = sum(clock.get(stage, 0.0) for stage in HOST_STAGES)
+        cores = os.cpu_count() or 1
+        print(f"the host's stages ({', '.join(HOST_STAGES)}): {host:.2f} thread seconds; on {cores} cores at best "
+              f"{host / cores:.3f} s, {host / cores / eager:.2f} times (a)")  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -427,6 +427,9 @@ def _stage_chunks(
                     for part, piece in enumerate(parts(table, cut) if cut > 1 else [table]):
                         write = (staging, chunk, name, piece, rows.dense, part if cut > 1 else None)
                         writes.append(writers.submit(_write, *write))
+                # the chunk's rows are now the tables' alone: freed as they are written, not after the next chunk's
+                # forward passes
+                del rows, table, piece, write
                 freeze()
                 pending = marking.submit(_mark_done, counts, marker, writes, lambda n=n_sent: progress.wrote(n))
             for key in totals:
