@@ -58,16 +58,15 @@ class ChunkRows:
         self._example_row(ex, skipped=False)
         self.n_tokens += len(lay.input_ids)
         toks = self.lists["tokens"]
-        for t, (piece, pid) in enumerate(zip(pieces, lay.input_ids, strict=True)):
-            toks["example_id"].append(ex.example_id)
-            toks["tok_idx"].append(t)
-            toks["piece"].append(piece)
-            toks["piece_id"].append(pid)
-            toks["word_idx"].append(lay.token_word[t])
-            toks["special"].append(lay.special[t])
-            toks["role"].append(lay.role[t])
-            toks["segment"].append(lay.segments[t])
-            toks["is_punct"].append(lay.special[t] is None and is_punct(lay.text[t]))
+        n = len(lay.input_ids)
+        assert len(pieces) == n, "a piece for each token"
+        toks["example_id"].extend([ex.example_id] * n)
+        toks["tok_idx"].extend(range(n))
+        toks["piece"].extend(pieces)
+        for name, column in (("piece_id", lay.input_ids), ("word_idx", lay.token_word), ("special", lay.special),
+                             ("role", lay.role), ("segment", lay.segments)):  # fmt: skip
+            toks[name].extend(column)
+        toks["is_punct"].extend(s is None and is_punct(t) for s, t in zip(lay.special, lay.text, strict=True))
         self._words(ex, lay)
 
     def add_attention(self, example_ids: list[int], tables: dict[str, Table]) -> None:
