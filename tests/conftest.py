@@ -67,3 +67,20 @@ def answer_or_refusal(root: Path, name: str, params: dict[str, object]) -> atlas
             return st.answer(name, **params)
         except AtlasError as exc:
             return exc
+
+
+def local_spark(app: str, cores: int):
+    """A local Spark session of ``cores`` cores for the tests, without its UI, console progress or logging."""
+    from pyspark.sql import SparkSession
+
+    session = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", str(cores))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("OFF")
+    return session

@@ -29,7 +29,7 @@ from atlas.ingestion.sparsify import _keys, batch_rows
 from atlas.ingestion.tensor_rows import _edge_columns
 from atlas.ingestion.write import write_table
 from atlas.store import Store, table_schemas, to_table
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, local_spark, make_store
 
 # the columns schema.sql declared TINYINT (layers, heads) and SMALLINT (positions, counts) before they were widened
 LAYERS = {"layer", "head", "layer_a", "head_a", "layer_b", "head_b"}
@@ -195,20 +195,10 @@ def test_entries_over_both_runs_answer(stores):
 def test_mixed_store_on_spark(stores):
     """The Spark engine reads the older run's narrower integers widened, as DuckDB's views do."""
     pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
     import atlas.spark
 
     new, mixed, run_a, run_b = stores
-    spark = (
-        SparkSession.builder.master("local[1]")
-        .appName("atlas-column-types")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("OFF")
+    spark = local_spark("atlas-column-types", 1)
     try:
         atlas.spark.register(spark, mixed)
         kinds = dict(spark.table("attn_edges").dtypes)

@@ -36,7 +36,7 @@ from atlas.spark import engine
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import files, schema_ddl
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, local_spark, make_store
 
 GLUE = ROOT / "samples" / "glue" / "RTE"
 FRAMENET = ROOT / "samples" / "framenet" / "lu"
@@ -167,18 +167,7 @@ def test_the_parquet_files_hold_only_types_every_engine_reads(store):
 @pytest.fixture(scope="module")
 def spark():
     pytest.importorskip("pyspark")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("atlas-tests")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("OFF")
+    session = local_spark("atlas-tests", 2)
     yield session
     session.stop()
 
