@@ -6,51 +6,22 @@ The rows, edges and statistics are those of ``ingest.tensor_rows`` on the whole 
 the eager maps): a row's statistics and edges need that row alone; the received attention (a column sum) is summed
 over the blocks in float64; the word-level map is made of whole words' rows, since blocks end where a word does, and
 the word attending most to a word is the running maximum over the blocks (the first of equal weights, as over the
-whole map). A forward batch of one input, no padding.
+whole map). A forward batch of one input, no padding. On a CPU ``ingest.cpu_rows.CpuBlockRows`` does this work in
+the compiled pass of the whole maps.
 """
 
 from __future__ import annotations
-
-import ctypes
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from atlas.ingestion.device import exact_dtype
-from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
+from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 from atlas.ingestion.stages import stage
 from atlas.ingestion.tensor_rows import _Batch, _edges
 
 Arrays = dict[str, np.ndarray]
 EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MAPPED = 1 << 20  # on a CPU, allocations from this size on are mapped and unmapped each time (see _map_large)
-_mapped = False
-
-
-def _map_large() -> None:
-    """Have glibc map every allocation of MAPPED bytes or more and unmap it when freed, for the rest of the process.
-    By default glibc raises that threshold as large blocks are freed (to 32 MiB), then serves a block's temporaries
-    from its heap, between the small tensors kept from earlier blocks, and the heap grew with every block: an
-    8,191-token input added 1,760 MB, 221 MB with this (2 layers x 4 heads, 68 blocks a layer). A no-op without
-    glibc."""
-    global _mapped
-    if not _mapped:
-        _mapped = True
-        try:
-            ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MAPPED)
-        except (OSError, AttributeError):
-            pass
-
-
-def cuts(token_word: list[int | None]) -> np.ndarray:
-    """Where a block of rows may end: before a token that starts a word or is a special token, and at the end."""
-    n = len(token_word)
-    words = np.array([-1 if w is None else w for w in token_word])
-    inside = np.zeros(n + 1, dtype=np.bool_)  # token t continues the word of token t - 1
-    inside[1:n] = (words[1:] >= 0) & (words[1:] == words[:-1])
-    return np.flatnonzero(~inside[1:]) + 1
 
 
 class BlockRows:
@@ -61,8 +32,7 @@ class BlockRows:
     def __init__(self, batch: RowBatch, block_weights: int) -> None:
         assert len(batch.lengths) == 1, "one input"
         self.batch, self.n = batch, batch.lengths[0]
-        self.rows_per_block = max(1, block_weights // (batch.n_heads * self.n))
-        self.cuts = cuts(list(batch.token_words[0]))
+        self.blocks = row_blocks(batch.token_words[0], max(1, block_weights // (batch.n_heads * self.n)))
         self.words = batch.word_rows[0]  # words with word rows: 0 or 2 or more
         # on the host: each word's first piece (-1: none of its own), and every other piece of a word with its word
         self.first_tok = np.full(self.words, -1, dtype=np.int64)
@@ -80,22 +50,15 @@ class BlockRows:
         self.word_stats: list[dict[str, torch.Tensor]] = []  # per layer: [heads, words]
         self.edges: list[list[tuple[torch.Tensor, ...]]] = []  # per layer, the blocks' (head, source, dst, weight)
 
-    def bounds(self, n: int) -> Iterator[tuple[int, int]]:
-        """The blocks of rows of a layer: about ``rows_per_block`` rows each, ending where a word does."""
+    def bounds(self, n: int) -> list[tuple[int, int]]:
+        """The blocks of rows of a layer (``row_batch.row_blocks``)."""
         assert n == self.n, "the input's own rows"
-        start = 0
-        while start < n:
-            fits = self.cuts[self.cuts <= start + self.rows_per_block]
-            stop = int(fits[-1]) if fits.size and fits[-1] > start else int(self.cuts[self.cuts > start][0])
-            yield start, stop
-            start = stop
+        return self.blocks
 
     def rows(self, layer: int, start: int, probs: torch.Tensor) -> None:
         """The float32 probabilities ``[1, heads, rows, n]`` of the rows from ``start`` on of layer ``layer``."""
         spec = self.batch
         if self.shape is None:
-            if probs.device.type == "cpu":
-                _map_large()
             self.shape = _Batch(probs.device, self.n, spec.lengths, spec.token_words, spec.n_words, spec.masks,
                                 spec.first_piece, whole=False)  # fmt: skip
         if layer == len(self.stats):

@@ -34,3 +34,25 @@ class RowBatch:
     def word_rows(self) -> list[int]:
         """Each input's words that have word rows: all of them in an input of two words or more, else none."""
         return [n if n >= 2 else 0 for n in self.n_words]
+
+
+def cuts(token_word: Sequence[int | None]) -> np.ndarray:
+    """Where a block of rows may end: before a token that starts a word or is a special token, and at the end."""
+    n = len(token_word)
+    words = np.array([-1 if w is None else w for w in token_word])
+    inside = np.zeros(n + 1, dtype=np.bool_)  # token t continues the word of token t - 1
+    inside[1:n] = (words[1:] >= 0) & (words[1:] == words[:-1])
+    return np.flatnonzero(~inside[1:]) + 1
+
+
+def row_blocks(token_word: Sequence[int | None], rows_per_block: int) -> list[tuple[int, int]]:
+    """An input read by rows: its blocks of about ``rows_per_block`` rows each, each ending where a word does (so that a
+    word's rows are all in one block)."""
+    ends = cuts(token_word)
+    blocks, start, n = [], 0, len(token_word)
+    while start < n:
+        fits = ends[ends <= start + rows_per_block]
+        stop = int(fits[-1]) if fits.size and fits[-1] > start else int(ends[ends > start][0])
+        blocks.append((start, stop))
+        start = stop
+    return blocks

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from atlas.ingestion.block_rows import BlockRows
-from atlas.ingestion.cpu_rows import CpuRows
+from atlas.ingestion.cpu_rows import CpuBlockRows, CpuRows
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 from atlas.ingestion.run_id import MAX_EDGES
 from atlas.ingestion.tensor_rows import TensorRows
@@ -117,10 +117,10 @@ class BatchRows:
         self.row_keys = _keys(np.asarray(lengths, dtype=np.int64), n_layers, n_heads)
         self.word_keys = _keys(np.asarray(batch.word_rows, dtype=np.int64), n_layers, n_heads)
         # block_weights: an input too long for its whole maps, read in blocks of rows of that many weights
-        self.by_rows = None if block_weights is None else BlockRows(batch, block_weights)
         # work_weights: on an accelerator, the weights of the inputs whose rows are computed at once
-        if self.by_rows is not None:
-            self.arrays = self.by_rows
+        self.by_rows: CpuBlockRows | BlockRows | None = None
+        if block_weights is not None:
+            self.arrays = self.by_rows = (CpuBlockRows if device.type == "cpu" else BlockRows)(batch, block_weights)
         elif device.type == "cpu":
             self.arrays = CpuRows(batch)
         else:

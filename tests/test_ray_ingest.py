@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from polars.testing import assert_frame_equal
 from tqdm import tqdm
 
-import atlas.ingestion.block_rows as block_rows
+import atlas.ingestion.cpu_rows as cpu_rows
 import atlas.ingestion.pipeline as pipeline
 import atlas.ingestion.ray_engine as ray_engine
 from atlas import api
@@ -269,8 +269,8 @@ def test_ray_workers_read_long_inputs_by_rows_as_one_process_does(ray_local, tmp
     settings = Settings(chunk_examples=1)  # a chunk for each worker
     blocks = []
     with monkeypatch.context() as patch:  # the single process's inputs go by rows (the workers' are not seen here)
-        rows = block_rows.BlockRows.rows
-        patch.setattr(block_rows.BlockRows, "rows", lambda self, *args: blocks.append(1) or rows(self, *args))
+        rows = cpu_rows.CpuBlockRows.rows
+        patch.setattr(cpu_rows.CpuBlockRows, "rows", lambda self, *args: blocks.append(1) or rows(self, *args))
         single = pipeline.ingest(repeated.info(), Store(tmp_path / "single"), lm, settings, progress=False)
     assert blocks
     store = Store(tmp_path / "ray")
