@@ -11,10 +11,10 @@ order, float32), the entropy, masses and received attention in float64. Rounding
 ``ingest.sparsify``'s, after this.
 
 An input too long for its whole maps (``ingest.block_rows``) goes through the same pass a block of rows at a time
-(``CpuBlockRows``). With the tensor operations there a 4,097-token input took 25 s of row work against the model's
-10 s (4 layers, 8 heads, 2 inputs: 24 ns per weight), their temporaries mapped and unmapped for every block to keep
-the heap from growing around the small tensors kept of each block; here 2.4 s, and nothing of a block is kept but
-its rows.
+(``CpuBlockRows``). With the tensor operations there, two 4,097-token inputs (4 layers, 8 heads) took 22 to 26 s of
+row work against the model's 9 to 11 s, their temporaries mapped and unmapped for every block to keep the heap from
+growing around the small tensors kept of each block; here 2.0 to 2.4 s, and nothing of a block is kept but its
+rows (bench/RESULTS.md).
 """
 
 from __future__ import annotations
