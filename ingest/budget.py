@@ -1,7 +1,7 @@
 """How much attention the ingest holds at once: a forward batch's maps (every layer's, ``ingest.tensor_rows`` keeps
 them until the last is in), and, for an input whose maps alone exceed that, a block of its rows
-(``ingest.cpu_rows.CpuBlockRows``, ``ingest.block_rows``). On a CPU fixed numbers (tuned there: see ``ingest.pipeline``); on CUDA sized from the
-device's free memory once the model is on it."""
+(``ingest.cpu_rows.CpuBlockRows``, ``ingest.block_rows``). On a CPU fixed numbers (tuned there: see
+``ingest.pipeline``); on CUDA sized from the device's free memory once the model is on it."""
 
 from __future__ import annotations
 
