@@ -31,6 +31,8 @@ from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch, row_b
 
 # what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]
+EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
+KEPT = EDGE_COLUMNS[1:]  # an input read by rows: its edges' columns kept block after block (the layer: from where)
 
 
 POSITION_BITS = 22  # a rank key's lower bits: POSITION less the weight's position (see _kept_edges) ...
@@ -457,7 +459,7 @@ class CpuBlockRows(CpuRows):
         n = batch.lengths[0]
         self.blocks = row_blocks(batch.token_words[0], max(1, block_weights // (batch.n_heads * n)))
         super().__init__(batch, max(stop - start for start, stop in self.blocks))
-        self.kept = _edge_arrays(self.n_heads * n)  # the edges so far, in (layer, block, head, source, destination)
+        self.kept = _edge_arrays(self.n_heads * n, KEPT)  # the edges so far: (layer, block, head, source, destination)
         self.n_kept = 0
         self.layer_ends: list[int] = []  # where each layer's edges end in them
 
@@ -479,7 +481,7 @@ class CpuBlockRows(CpuRows):
         n_new = int(self.edge_n[0, r : r + self.n_heads, start : start + n_rows].sum())
         if self.n_kept + n_new > len(self.kept["weight"]):
             size = max(2 * len(self.kept["weight"]), self.n_kept + n_new)
-            grown = _edge_arrays(size)
+            grown = _edge_arrays(size, KEPT)
             for name, column in self.kept.items():
                 grown[name][: self.n_kept] = column[: self.n_kept]
             self.kept = grown
@@ -497,20 +499,17 @@ class CpuBlockRows(CpuRows):
             # a layer's edges came block after block, each block's head after head: each head's, in order
             order = begin + np.argsort(self.kept["head"][begin:end], kind="stable")
             edges["layer"][begin:end] = layer
-            for name in ("head", "src_tok", "dst_tok", "weight"):
+            for name in KEPT:
                 edges[name][begin:end] = self.kept[name][order]
             begin = end
         return self.stats, self.words, edges, np.array([self.n_kept], dtype=np.int64)
 
 
-def _edge_arrays(n: int) -> Arrays:
-    return {
-        "layer": np.empty(n, dtype=LAYER_TYPE),
-        "head": np.empty(n, dtype=LAYER_TYPE),
-        "src_tok": np.empty(n, dtype=POSITION_TYPE),
-        "dst_tok": np.empty(n, dtype=POSITION_TYPE),
-        "weight": np.empty(n, dtype=np.float32),
-    }
+def _edge_arrays(n: int, names: tuple[str, ...] = EDGE_COLUMNS) -> Arrays:
+    """Edge columns of ``n`` rows, each in the store's type."""
+    types = {"layer": LAYER_TYPE, "head": LAYER_TYPE, "src_tok": POSITION_TYPE, "dst_tok": POSITION_TYPE,
+             "weight": np.float32}  # fmt: skip
+    return {name: np.empty(n, dtype=types[name]) for name in names}
 
 
 @nb.njit(nogil=True, cache=True)
