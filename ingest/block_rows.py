@@ -16,12 +16,11 @@ import numpy as np
 import torch
 
 from atlas.ingestion.device import exact_dtype
-from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
+from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 from atlas.ingestion.stages import stage
 from atlas.ingestion.tensor_rows import _Batch, _edges
 
 Arrays = dict[str, np.ndarray]
-EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
 
 
 class BlockRows:

@@ -27,11 +27,10 @@ import numba as nb
 import numpy as np
 import torch
 
-from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
+from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 
 # what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]
-EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")
 KEPT = EDGE_COLUMNS[1:]  # an input read by rows: its edges' columns kept block after block (the layer: from where)
 
 

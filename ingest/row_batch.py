@@ -12,6 +12,7 @@ import numpy as np
 # more overflow int8) and a position in an input, of a token or a word (inputs of over 32,767 tokens overflow int16).
 LAYER_TYPE = np.int16  # layer, head: SMALLINT
 POSITION_TYPE = np.int32  # src_tok, dst_tok, argmax_tok, tok_idx, word_idx, src_word, dst_word, ...: INTEGER
+EDGE_COLUMNS = ("layer", "head", "src_tok", "dst_tok", "weight")  # the row work's edge columns, in this order
 
 
 @dataclass(frozen=True)
