@@ -113,7 +113,7 @@ class Scratch(NamedTuple):
     ints: np.ndarray  # [threads, 2, rows * m] int32: their bits and rank keys
     to_words: np.ndarray  # [threads, rows * max(words, 1)] float32: each row's attention TO each word
     tok_word: np.ndarray  # [threads, m] int64: each token's word (-1: none)
-    word_row: np.ndarray  # [threads, m] float32: a word's row of the word-level map
+    word_row: np.ndarray  # [threads, max(words, m)] float32: a word's row of the word-level map
 
     @classmethod
     def of(cls, n_threads: int, rows: int, m: int, w_max: int) -> Scratch:
@@ -123,7 +123,7 @@ class Scratch(NamedTuple):
             np.empty((n_threads, 2, rows * m), np.int32),
             np.empty((n_threads, rows * max(w_max, 1)), np.float32),
             np.empty((n_threads, m), np.int64),
-            np.empty((n_threads, m), np.float32),
+            np.empty((n_threads, max(w_max, m)), np.float32),  # an input may have more words than tokens
         )
 
 

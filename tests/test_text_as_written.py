@@ -335,8 +335,9 @@ def test_words_without_pieces_have_no_rows_and_are_never_predicted(monkeypatch, 
         [None, 0, 0, 1, 3, 3, 3, 4, 6, None],  # words 2 and 5 have no pieces, word 7 (the last) neither
         [None, 0, 1, 1, 2, None],  # every word has pieces
         [None, 1, 1, None],  # one word with pieces: no word rows
+        [None, 40, 40, 41, None],  # more words than the longest input has tokens (words 0 to 39 without pieces)
     ]
-    n_words = [8, 3, 2]
+    n_words = [8, 3, 2, 42]
     lengths = [len(tw) for tw in token_words]
     maps = [random_maps(n, seed) for seed, n in enumerate(lengths)]
     longest = max(lengths)
