@@ -69,18 +69,22 @@ def answer_or_refusal(root: Path, name: str, params: dict[str, object]) -> atlas
             return exc
 
 
-def local_spark(app: str, cores: int):
-    """A local Spark session of ``cores`` cores for the tests, without its UI, console progress or logging."""
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session of two cores, without its UI, console progress or logging, for every test that needs
+    one (its start takes seconds)."""
+    pytest.importorskip("pyspark")
     from pyspark.sql import SparkSession
 
     session = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName(app)
+        SparkSession.builder.master("local[2]")
+        .appName("atlas-tests")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", str(cores))
+        .config("spark.default.parallelism", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("OFF")
-    return session
+    yield session
+    session.stop()

@@ -29,7 +29,7 @@ from atlas.ingestion.sparsify import _keys, batch_rows
 from atlas.ingestion.tensor_rows import _edge_columns
 from atlas.ingestion.write import write_table
 from atlas.store import Store, table_schemas, to_table
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, local_spark, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, make_store
 
 # the columns schema.sql declared TINYINT (layers, heads) and SMALLINT (positions, counts) before they were widened
 LAYERS = {"layer", "head", "layer_a", "head_a", "layer_b", "head_b"}
@@ -192,37 +192,32 @@ def test_entries_over_both_runs_answer(stores):
 
 
 @pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
-def test_mixed_store_on_spark(stores):
+def test_mixed_store_on_spark(stores, spark):
     """The Spark engine reads the older run's narrower integers widened, as DuckDB's views do."""
-    pytest.importorskip("pyspark")
     import atlas.spark
 
     new, mixed, run_a, run_b = stores
-    spark = local_spark("atlas-column-types", 1)
-    try:
-        atlas.spark.register(spark, mixed)
-        kinds = dict(spark.table("attn_edges").dtypes)
-        assert (kinds["layer"], kinds["head"], kinds["src_tok"]) == ("smallint", "smallint", "int")
-        count = spark.sql(f"SELECT count(*) FROM attn_edges WHERE run_id = '{run_a}'").first()[0]
-        with Store(new).connect() as con:
-            assert count == con.execute("SELECT count(*) FROM attn_edges WHERE run_id = ?", [run_a]).fetchone()[0]
-        answered = 0
-        for name in ("entropy", "best head per dependency relation", "coreference heads"):
-            for run in (run_a, run_b):
-                want = answer_or_refusal(new, name, {"run": run})
-                if isinstance(want, AtlasError):
-                    continue
-                got = atlas.spark.answer(spark, mixed, name, run=run).collect()
-                assert got.columns == want.frame.columns and len(got) == len(want.frame), (name, run)
-                for a, b in zip(want.frame.iter_rows(), got.iter_rows(), strict=True):
-                    assert all(
-                        math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) if isinstance(x, float) else x == y
-                        for x, y in zip(a, b, strict=True)
-                    ), (name, run, a, b)
-                answered += len(got) > 0
-        assert answered >= 4
-    finally:
-        spark.stop()
+    atlas.spark.register(spark, mixed)
+    kinds = dict(spark.table("attn_edges").dtypes)
+    assert (kinds["layer"], kinds["head"], kinds["src_tok"]) == ("smallint", "smallint", "int")
+    count = spark.sql(f"SELECT count(*) FROM attn_edges WHERE run_id = '{run_a}'").first()[0]
+    with Store(new).connect() as con:
+        assert count == con.execute("SELECT count(*) FROM attn_edges WHERE run_id = ?", [run_a]).fetchone()[0]
+    answered = 0
+    for name in ("entropy", "best head per dependency relation", "coreference heads"):
+        for run in (run_a, run_b):
+            want = answer_or_refusal(new, name, {"run": run})
+            if isinstance(want, AtlasError):
+                continue
+            got = atlas.spark.answer(spark, mixed, name, run=run).collect()
+            assert got.columns == want.frame.columns and len(got) == len(want.frame), (name, run)
+            for a, b in zip(want.frame.iter_rows(), got.iter_rows(), strict=True):
+                assert all(
+                    math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12) if isinstance(x, float) else x == y
+                    for x, y in zip(a, b, strict=True)
+                ), (name, run, a, b)
+            answered += len(got) > 0
+    assert answered >= 4
 
 
 # ---- beyond the older ranges ------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from atlas.spark import engine
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import files, schema_ddl
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, local_spark, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, make_store
 
 GLUE = ROOT / "samples" / "glue" / "RTE"
 FRAMENET = ROOT / "samples" / "framenet" / "lu"
@@ -162,14 +162,6 @@ def test_the_parquet_files_hold_only_types_every_engine_reads(store):
 
 
 # ---- Spark ---------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    session = local_spark("atlas-tests", 2)
-    yield session
-    session.stop()
 
 
 def test_the_views_hold_the_tables_as_duckdb_does(store, spark):
