@@ -220,6 +220,11 @@ def test_the_options_are_refused_in_one_line(tmp_path, corpus):
         (["--random-init", "--config", "revision=main"], "--config revision=main: not a key of"),
         (["--random-init", "--config", "dtype=float16"], "--config dtype=float16: the weights' dtype is --dtype's"),
         (["--random-init", "--config", "hidden_size=7"], "--config hidden_size=7: all-MiniLM-L6-v2 cannot be built"),
+        (["--random-init", "--config", "hidden_size=abc"], "--config hidden_size=abc: all-MiniLM-L6-v2's config"),
+        (["--random-init", "--config", "num_hidden_layers=0"], "--config num_hidden_layers=0: all-MiniLM-L6-v2 cannot"),
+        (["--random-init", "--config", "num_hidden_layers=-1"], "--config num_hidden_layers=-1: all-MiniLM-L6-v2 can"),
+        (["--random-init", "--config", "num_attention_heads=0"], "--config num_attention_heads=0: all-MiniLM-L6-v2 c"),
+        (["--random-init", "--config", "vocab_size=10"], "--config vocab_size=10: all-MiniLM-L6-v2 cannot be built so"),
         (["--dtype", "half"], "--dtype half: expected one of auto, float32, bfloat16, float16"),
     ]:
         one_line_error(ingest_cli(*base, *args), start)
@@ -232,6 +237,8 @@ def test_the_api_says_them_in_its_words(tmp_path, corpus):
         ({"config": {"num_hidden_layers": 2}}, "config=num_hidden_layers=2: the pretrained weights would not match"),
         ({"random_init": True, "config": ["x"]}, "config=x: expected KEY=VALUE"),
         ({"random_init": True, "config": {"foo": 1}}, "config=foo=1: not a key of"),
+        ({"random_init": True, "config": {"hidden_size": "abc"}}, "config=hidden_size=abc: all-MiniLM-L6-v2's config"),
+        ({"random_init": True, "config": {"vocab_size": 10}}, "config=vocab_size=10: all-MiniLM-L6-v2 cannot be built"),
         ({"dtype": "half"}, "dtype='half': expected one of auto, float32, bfloat16, float16"),
     ]:
         with pytest.raises(AtlasError) as refused:

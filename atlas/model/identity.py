@@ -17,6 +17,8 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from huggingface_hub.errors import StrictDataclassError
+
 from atlas.errors import AtlasError, arg
 
 if TYPE_CHECKING:
@@ -127,7 +129,15 @@ def read_config(source: str, overrides: Mapping[str, object], who: str) -> Pretr
     naming ``config``; ``who`` names the model. Errors of reading the config itself are transformers'."""
     from transformers import AutoConfig
 
-    config = AutoConfig.from_pretrained(source, trust_remote_code=False, **overrides)
+    try:
+        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **overrides)
+    except StrictDataclassError as exc:  # a value of the wrong type, refused as the config is built
+        if not overrides:
+            raise
+        named = [key for key in overrides if f"'{key}'" in str(exc)] or list(overrides)
+        texts = " ".join(override_text(key, overrides[key]) for key in named)
+        why = str(exc).strip().splitlines()[-1].strip()
+        raise AtlasError(f"{arg('config', texts)}: {who}'s config refuses it ({why})") from None
     keys = set(config.to_dict()) | set(config.attribute_map)
     for key, value in overrides.items():
         kind = getattr(type(config), key, None)  # a settable property: num_labels

@@ -83,6 +83,8 @@ def load_model(
         config = read_config(source, config_overrides, shown)
         check_family(config, given)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        if config_overrides:
+            _check_shape(config, len(tokenizer), config_overrides, shown)
         torch.manual_seed(seed)
         built = True
         if random_init:
@@ -127,6 +129,20 @@ def load_model(
         dtype=dtype,
         config_overrides=dict(config_overrides),
     )
+
+
+def _check_shape(config: transformers.PretrainedConfig, pieces: int, overrides: dict[str, object], shown: str) -> None:
+    """Refuse, naming ``config``, overrides that leave the model without a layer or a head, or with fewer
+    embeddings than its tokenizer has pieces: it would be built, and fail mid-ingest."""
+    texts = " ".join(override_text(key, value) for key, value in overrides.items())
+    for key in ("num_hidden_layers", "num_attention_heads"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value < 1:
+            raise AtlasError(f"{arg('config', texts)}: {shown} cannot be built so ({key} {value}: expected 1 or more)")
+    vocab = getattr(config, "vocab_size", None)
+    if isinstance(vocab, int) and vocab < pieces:
+        why = f"vocab_size {vocab}: its tokenizer has {pieces:,} pieces"
+        raise AtlasError(f"{arg('config', texts)}: {shown} cannot be built so ({why})")
 
 
 def _max_positions(model: PreTrainedModel) -> int:
