@@ -34,6 +34,7 @@ import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
 
+from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError, arg
@@ -313,8 +314,8 @@ class Atlas:
         run's). Then: ``query("head distances")``."""
         from atlas.distances import compute
 
-        _positive("examples", examples)
-        _positive("clusters", clusters)
+        checks.at_least("examples", examples, 1)
+        checks.at_least("clusters", clusters, 1)
         run_id = self.run_id(run)
         with self._writing():
             compute(self.store, run_id, examples, clusters, progress=progress, model=model)
@@ -341,11 +342,11 @@ class Atlas:
         results")``, ``query("probe weights")``."""
         from atlas.probe import Settings, run
 
-        _positive("epochs", epochs)
-        if not learning_rate > 0:
-            raise AtlasError(f"{arg('learning_rate', learning_rate)}: expected a step size above 0")
-        _positive("train_limit", train_limit)
-        _positive("eval_limit", eval_limit)
+        checks.at_least("epochs", epochs, 1)
+        checks.step_size("learning_rate", learning_rate)
+        checks.seed("seed", seed)
+        checks.at_least("train_limit", train_limit, 1)
+        checks.at_least("eval_limit", eval_limit, 1)
         settings = Settings(
             epochs=epochs,
             seed=seed,
@@ -483,11 +484,6 @@ class Atlas:
         return written
 
 
-def _positive(name: str, value: int | None) -> None:
-    if value is not None and value < 1:
-        raise AtlasError(f"{arg(name, value)}: expected 1 or more")
-
-
 @dataclass(frozen=True)
 class Classed:
     """What ``Atlas.patterns`` did: the maps classed, and the CNN's cross-validated macro F1 on the labels or
@@ -597,6 +593,8 @@ def ingest(
     from atlas.ingestion.run_id import Settings, check_settings, ingested_run
     from atlas.model.identity import config_overrides, override_text
 
+    checks.seed("seed", seed)
+    checks.seed("sample_seed", sample_seed)
     corpus = _corpus_path(corpus, format, length, count, sample_seed)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)

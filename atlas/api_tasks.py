@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
+from atlas import checks
 from atlas.api import store_path
 from atlas.errors import AtlasError, arg
 from atlas.store import Store
@@ -52,15 +53,10 @@ class Gradients:
     frame: pl.DataFrame  # layer (1-based), then one column per target (sep, dot_comma, other)
 
 
-def _at_least(name: str, value: float | None, least: float) -> None:
-    if value is not None and value < least:
-        raise AtlasError(f"{arg(name, value)}: expected {least} or more")
-
-
 def _dev(spec, data: str, limit: int | None):
     from atlas.ingestion.glue_tsv import load_split
 
-    _at_least("dev_limit", limit, 1)
+    checks.at_least("dev_limit", limit, 1)
     return load_split(spec, data, "dev").head(limit)
 
 
@@ -91,9 +87,11 @@ def finetune(
     from atlas.tasks.finetune import finetune as train
     from atlas.tasks.record import write_task_model
 
-    _at_least("epochs", epochs, 0)
-    _at_least("train_limit", train_limit, 1)
-    _at_least("batch_size", batch_size, 1)
+    checks.at_least("epochs", epochs, 0)
+    checks.at_least("train_limit", train_limit, 1)
+    checks.at_least("batch_size", batch_size, 1)
+    checks.step_size("learning_rate", learning_rate)
+    checks.seed("seed", seed)
     if not 0 <= warmup < 1:
         raise AtlasError(f"{arg('warmup', warmup)}: expected a share of the steps, at least 0 and below 1")
     spec = task_spec(task)
@@ -161,7 +159,8 @@ def importance(
     from atlas.tasks.importance import head_importance, normalise, pruning_and_single_heads
     from atlas.tasks.record import write_ablations, write_importance
 
-    _at_least("train_limit", train_limit, 1)
+    checks.at_least("train_limit", train_limit, 1)
+    checks.seed("seed", seed)
     spec = task_spec(task)
     train_set, dev = subset(load_split(spec, data, "train"), train_limit, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
@@ -195,7 +194,8 @@ def grads(
         raise AtlasError(
             f"grads: give {arg('corpus')} (the masked-LM loss) or {arg('task')} and {arg('data')} (a task loss)"
         )
-    _at_least("limit", limit, 1)
+    checks.at_least("limit", limit, 1)
+    checks.seed("seed", seed)
     if corpus is not None:
         run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed)
     else:

@@ -24,6 +24,9 @@ def _expected(kind: click.ParamType) -> str:
 def bad_value(exc: click.BadParameter) -> str:
     """A value click refused, in the one-line style of every other error: '--limit 0: expected 1 or more'."""
     param = exc.param
+    if isinstance(exc, click.MissingParameter):  # click leaves its message empty and words it as it prints
+        see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        return exc.format_message().rstrip(".") + see
     flag = param.opts[0] if param is not None and param.opts else (exc.param_hint or "a value")
     if param is None or not isinstance(param, click.Option):
         return f"{flag}: {exc.message}"

@@ -284,7 +284,7 @@ def _floor(name: str, cells: list[str], numeric: bool) -> int:
     if numeric:
         content = widest
     else:
-        content = min(widest, max(_TEXT_MIN, *(_longest_word(c) for c in cells)))
+        content = min(widest, max(_TEXT_MIN, max((_longest_word(c) for c in cells), default=0)))
     return max(content, min(len(name), max(_NAME_MIN, name.rfind("@") + 1 + _RUN_KEEP)))
 
 

@@ -76,6 +76,7 @@ LAYERS = {
         "atlas.ingestion.align",
         "atlas.ingestion.template",
         "atlas.errors",
+        "atlas.checks",
         "atlas.version",
     ],
 }

@@ -305,3 +305,8 @@ def test_the_table_takes_the_width_from_columns(store_with_a_run):
         lines = result.stdout.splitlines()
         assert result.exit_code == 0 and len(lines[0]) == int(columns), result.output
         assert all(len(line) <= int(columns) for line in lines) and RUN_P in result.stdout
+
+
+def test_no_rows_in_columns_wider_than_the_terminal():
+    text = render_table(["a" * 40, "b" * 40, "c" * 40], [], [False, False, True], 30)
+    assert text.startswith("no rows; the columns: ") and all(len(line) <= 30 for line in text.splitlines())

@@ -96,6 +96,11 @@ def override_text(key: str, value: object) -> str:
     return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
 
 
+def overrides_text(overrides: Mapping[str, object]) -> str:
+    """Overrides as ``--config`` takes them, one KEY=VALUE after another."""
+    return " ".join(override_text(key, value) for key, value in overrides.items())
+
+
 def config_overrides(given: Mapping[str, object] | Iterable[str] | str | None) -> dict[str, object]:
     """Overrides of a model's config: a mapping as it is, or ``KEY=VALUE`` texts (``--config``, repeatable), each
     VALUE read as JSON, else as a string (``num_hidden_layers=4``: 4; ``hidden_act=gelu``: 'gelu'). A text that is
@@ -132,12 +137,11 @@ def read_config(source: str, overrides: Mapping[str, object], who: str) -> Pretr
     try:
         config = AutoConfig.from_pretrained(source, trust_remote_code=False, **overrides)
     except StrictDataclassError as exc:  # a value of the wrong type, refused as the config is built
-        if not overrides:
-            raise
-        named = [key for key in overrides if f"'{key}'" in str(exc)] or list(overrides)
-        texts = " ".join(override_text(key, overrides[key]) for key in named)
         why = str(exc).strip().splitlines()[-1].strip()
-        raise AtlasError(f"{arg('config', texts)}: {who}'s config refuses it ({why})") from None
+        named = {key: value for key, value in overrides.items() if f"'{key}'" in str(exc)}
+        if not named:  # config.json's own value
+            raise AtlasError(f"{arg('model', repr(who))}: cannot load it (config.json: {why})") from None
+        raise AtlasError(f"{arg('config', overrides_text(named))}: {who}'s config refuses it ({why})") from None
     keys = set(config.to_dict()) | set(config.attribute_map)
     for key, value in overrides.items():
         kind = getattr(type(config), key, None)  # a settable property: num_labels

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from safetensors import SafetensorError
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas.errors import AtlasError, arg
@@ -22,7 +23,7 @@ from atlas.model.identity import (
     DEFAULT_MODEL,
     config_hash,
     default_model_path,
-    override_text,
+    overrides_text,
     read_config,
     weights_hash,
 )
@@ -102,11 +103,11 @@ def load_model(
                 trust_remote_code=False,
             )
             model_hash = weights_hash(source)
-    except (OSError, ValueError, KeyError, RuntimeError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if built and random_init and config_overrides:  # the overrides make a model that cannot be built
-            texts = " ".join(override_text(key, value) for key, value in config_overrides.items())
-            raise AtlasError(f"{arg('config', texts)}: {shown} cannot be built so ({first})") from None
+            overrides = arg("config", overrides_text(config_overrides))
+            raise AtlasError(f"{overrides}: {shown} cannot be built so ({first})") from None
         if isinstance(exc, TypeError):
             raise
         raise AtlasError(f"{given}: cannot load it ({first})") from None
@@ -134,7 +135,7 @@ def load_model(
 def _check_shape(config: transformers.PretrainedConfig, pieces: int, overrides: dict[str, object], shown: str) -> None:
     """Refuse, naming ``config``, overrides that leave the model without a layer or a head, or with fewer
     embeddings than its tokenizer has pieces: it would be built, and fail mid-ingest."""
-    texts = " ".join(override_text(key, value) for key, value in overrides.items())
+    texts = overrides_text(overrides)
     for key in ("num_hidden_layers", "num_attention_heads"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value < 1:

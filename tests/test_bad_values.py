@@ -1,0 +1,117 @@
+"""Values a user can type that once ended in a Python traceback or ran on with nonsense: each now gets one line
+naming the option, exit 1, and no store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import atlas
+from atlas.checks import SEED_MAX
+from atlas.cli import cli
+from atlas.ingestion.conllu import write_first_sentences
+from atlas.model.identity import default_model_path
+
+ROOT = Path(__file__).resolve().parent.parent
+SST2 = ROOT / "samples" / "glue" / "SST-2"
+
+
+def refused(*args: str) -> str:
+    """The one line the command line prints, having exited 1 (a traceback would raise here)."""
+    result = CliRunner().invoke(cli, list(args), prog_name="atlas", catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    return line
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    sample = ROOT / "samples" / "ud" / "en_ewt-ud-dev-sample.conllu"
+    return write_first_sentences(sample, 2, tmp_path_factory.mktemp("bad") / "two.conllu")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, corpus) -> Path:
+    """A store with one run (the probe is asked of a store's runs)."""
+    root = tmp_path_factory.mktemp("bad") / "store"
+    atlas.ingest(corpus, store=root, progress=False)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["query"], "Error: Missing argument 'PHRASE' (see 'atlas query --help')"),
+        (["rm"], "Error: Missing argument 'RUN_IDS...' (see 'atlas rm --help')"),
+        (["probe", "--eval", "r"], "Error: Missing option '--train' (see 'atlas probe --help')"),
+    ],
+)
+def test_a_missing_argument_is_named(args, line):
+    assert refused(*args) == line
+
+
+@pytest.mark.parametrize("seed", ["-1", str(SEED_MAX + 1), "99999999999999999999999"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ingest", "--random-init", "--seed"],
+        ["ingest", "--format", "repeated", "--sample-seed"],
+        ["probe", "--train", "a", "--eval", "b", "--seed"],
+        ["finetune", "--task", "SST-2", "--data", str(SST2), "--out", "never", "--seed"],
+        ["importance", "--model", "m", "--task", "SST-2", "--data", str(SST2), "--seed"],
+        ["grads", "--corpus", "c.conllu", "--seed"],
+    ],
+    ids=["ingest", "repeated", "probe", "finetune", "importance", "grads"],
+)
+def test_seeds_out_of_range(store, tmp_path, args, seed):
+    before = sorted(store.rglob("*"))
+    line = refused(*args, seed, "--store", str(store))
+    assert line == f"Error: {args[-1]} {seed}: expected a seed from 0 to {SEED_MAX}"
+    assert sorted(store.rglob("*")) == before and not Path("never").exists()
+
+
+@pytest.mark.parametrize("rate", ["nan", "inf", "-1", "0", "1e300"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["probe", "--train", "a", "--eval", "b"],
+        ["finetune", "--task", "SST-2", "--data", str(SST2), "--out", "never"],
+    ],
+    ids=["probe", "finetune"],
+)
+def test_step_sizes_out_of_range(store, args, rate):
+    line = refused(*args, "--learning-rate", rate, "--store", str(store))
+    assert line.startswith("Error: --learning-rate ")
+    assert line.endswith(("expected a step size above 0 and at most 1", "expected above 0")), line
+
+
+def _model_copy(folder: Path) -> Path:
+    """The embedded model's files, linked into ``folder`` (to be spoilt one at a time)."""
+    folder.mkdir()
+    for file in Path(default_model_path()).iterdir():
+        (folder / file.name).symlink_to(file)
+    return folder
+
+
+def test_a_truncated_weights_file(corpus, tmp_path):
+    model = _model_copy(tmp_path / "model")
+    weights = model / "model.safetensors"
+    data = weights.read_bytes()[:1000]
+    weights.unlink()
+    weights.write_bytes(data)
+    line = refused("ingest", "--corpus", str(corpus), "--model", str(model), "--store", str(tmp_path / "store"))
+    assert line.startswith(f"Error: --model '{model}': cannot load it (") and "header" in line
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_config_value_of_the_wrong_type(corpus, tmp_path):
+    model = _model_copy(tmp_path / "model")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").unlink()
+    (model / "config.json").write_text(json.dumps({**config, "hidden_size": "abc"}))
+    line = refused("ingest", "--corpus", str(corpus), "--model", str(model), "--store", str(tmp_path / "store"))
+    assert line.startswith(f"Error: --model '{model}': cannot load it (config.json: ") and "hidden_size" in line
+    assert not (tmp_path / "store").exists()
