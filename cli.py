@@ -40,6 +40,15 @@ FLAGS = {
 class AtlasGroup(click.Group):
     """Turns user errors into one-line messages and a non-zero exit, never a traceback."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for given in args:  # bytes that are not UTF-8 (the shell's argv) reach no store, path or SQL
+            try:
+                given.encode()
+            except UnicodeEncodeError:
+                shown = given.encode(errors="surrogateescape").decode(errors="backslashreplace")
+                raise click.ClickException(f"'{shown}': not UTF-8 text (the atlas reads arguments as UTF-8)") from None
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> object:
         try:
             return super().invoke(ctx)
@@ -610,10 +619,10 @@ def _sql_text(statement: str | None, sql_file) -> str:
 
 @cli.command()
 @click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Output folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--run", "run_id", multiple=True, callback=single_value, help="Only this run (default: every run).")
 @store_option
-def export(fmt: str, out: Path, run_id: str | None, store_path: str | None) -> None:
+def export(fmt: str, out: str, run_id: str | None, store_path: str | None) -> None:
     """Write every table of the store as one Parquet file per table."""
     for name, n_rows in api.open(store_path).export(out, run_id).items():
         click.echo(f"{name}: {n_rows:,} rows", err=True)

@@ -466,21 +466,33 @@ class Atlas:
         return write_report(self, out, run, examples, compare)
 
     def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
-        """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table."""
+        """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table. The
+        files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was."""
+        if not os.fspath(out).strip():
+            raise AtlasError(f"{arg('out', repr(os.fspath(out)))}: name the folder to write the tables into")
         out = Path(out)
         where, args = ("", [])
         if run is not None:
             where, args = "WHERE run_id = ?", [self.run_id(run, kind="any")]
+        made = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
-        written = {}
-        for name in table_schemas():
-            reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
-            tmp = out / f".{name}.parquet.tmp"
-            with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
-                for batch in reader:
-                    writer.write_batch(batch)
-            tmp.replace(out / f"{name}.parquet")
-            written[name] = pq.ParquetFile(out / f"{name}.parquet").metadata.num_rows
+        written: dict[str, int] = {}
+        tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
+        try:
+            for name, tmp in tmps.items():
+                reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
+                with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
+                    written[name] = 0
+                    for batch in reader:
+                        writer.write_batch(batch)
+                        written[name] += batch.num_rows
+            for name, tmp in tmps.items():
+                tmp.replace(out / f"{name}.parquet")
+        finally:
+            for tmp in tmps.values():
+                tmp.unlink(missing_ok=True)
+            if made and not any(out.iterdir()):
+                out.rmdir()
         return written
 
 

@@ -15,7 +15,6 @@ writes them), so every type comes out in every format:
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import textwrap
@@ -30,6 +29,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from atlas.errors import AtlasError
+from atlas.files import replacing
 
 FORMATS = ("table", "csv", "json", "parquet")
 SUFFIXES = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".txt": "table"}
@@ -374,8 +374,7 @@ def emit(
         raise AtlasError(f"--out '{out}': the folder '{out.parent}' does not exist")
     if out.is_dir():
         raise AtlasError(f"--out '{out}': is a folder; name a file")
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
+    with replacing(out) as tmp:
         if fmt == "parquet":
             n = res.parquet(tmp)
         elif fmt == "table":
@@ -384,7 +383,4 @@ def emit(
         else:
             with tmp.open("w", encoding="utf-8", newline="") as sink:
                 n = getattr(res, fmt)(sink)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     click.echo(f"wrote {n:,} rows to {out}", err=True)

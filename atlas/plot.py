@@ -25,7 +25,6 @@ run's map beside the other (two runs' MDS coordinates are not comparable: no dif
 
 from __future__ import annotations
 
-import os
 import string
 import textwrap
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from matplotlib.image import AxesImage
 
 from atlas.catalogue import Entry
 from atlas.errors import AtlasError
+from atlas.files import replacing
 
 PANELS_PER_ROW = 3
 VALUES_MAP = "viridis"
@@ -439,9 +439,5 @@ def _title(fig: Figure, text: str) -> None:
 
 def save(fig: Figure, out: Path, dpi: int = 150) -> None:
     """Write a figure atomically, in the format the file's suffix names."""
-    tmp = out.with_name(f".{out.stem}.tmp{out.suffix}")
-    try:
+    with replacing(out) as tmp:
         fig.savefig(tmp, dpi=dpi, format=out.suffix.lower()[1:])
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -115,3 +115,20 @@ def test_a_config_value_of_the_wrong_type(corpus, tmp_path):
     line = refused("ingest", "--corpus", str(corpus), "--model", str(model), "--store", str(tmp_path / "store"))
     assert line.startswith(f"Error: --model '{model}': cannot load it (config.json: ") and "hidden_size" in line
     assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sql", "SELECT '\udcff'"],
+        ["query", "best head per dependency relation", "--run", "r\udcff"],
+        ["ingest", "--corpus", "c\udcff.conllu"],
+        ["ingest", "--corpus", "c.conllu", "--store", "s\udcff"],
+    ],
+    ids=["sql", "run", "corpus", "store"],
+)
+def test_arguments_not_utf8(store, args):
+    """Bytes that are not UTF-8 in the shell's arguments (Python keeps them as lone surrogates)."""
+    line = refused(*args, *(["--store", str(store)] if "--store" not in args else []))
+    assert line.startswith("Error: '") and line.endswith("': not UTF-8 text (the atlas reads arguments as UTF-8)")
+    assert "\\xff" in line

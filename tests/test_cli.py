@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from atlas.cli import cli
-from atlas.store import Store
+from atlas.store import Store, table_schemas
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 
@@ -156,6 +156,22 @@ def test_export_writes_every_table(store_dir, tmp_path):
     names = {p.stem for p in (tmp_path / "x").glob("*.parquet")}
     assert {"runs", "examples", "tokens", "words", "mentions", "attn_edges", "attn_rows", "word_rows"} <= names
     assert pq.read_table(tmp_path / "x" / "examples.parquet").num_rows == 12
+
+
+def test_export_is_whole_or_nothing(store_dir, tmp_path, monkeypatch):
+    result = atlas("export", "--out", "", "--store", str(store_dir))
+    assert result.exit_code == 1, result.output
+    assert result.output.strip() == "Error: --out '': name the folder to write the tables into"
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "kept" / "runs.parquet").write_bytes(b"earlier")
+    failing = [*table_schemas(), "no_such_table"]  # the tables before it are written, then the export fails
+    monkeypatch.setattr("atlas.api.table_schemas", lambda: failing)
+    for out in (tmp_path / "new", tmp_path / "kept"):
+        result = atlas("export", "--out", str(out), "--store", str(store_dir))
+        assert result.exit_code == 1 and "no_such_table" in result.output
+    assert not (tmp_path / "new").exists()
+    assert [p.name for p in (tmp_path / "kept").iterdir()] == ["runs.parquet"]
+    assert (tmp_path / "kept" / "runs.parquet").read_bytes() == b"earlier"
 
 
 def test_moved_store_still_opens(store_dir, tmp_path):

@@ -77,6 +77,7 @@ LAYERS = {
         "atlas.ingestion.template",
         "atlas.errors",
         "atlas.checks",
+        "atlas.files",
         "atlas.version",
     ],
 }

@@ -7,8 +7,11 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import duckdb
@@ -18,7 +21,7 @@ from click.testing import CliRunner
 
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.output import Result, output_format, render_table
+from atlas.output import Result, emit, output_format, render_table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -310,3 +313,24 @@ def test_the_table_takes_the_width_from_columns(store_with_a_run):
 def test_no_rows_in_columns_wider_than_the_terminal():
     text = render_table(["a" * 40, "b" * 40, "c" * 40], [], [False, False, True], 30)
     assert text.startswith("no rows; the columns: ") and all(len(line) <= 30 for line in text.splitlines())
+
+
+def test_out_through_a_symlink_replaces_the_file_it_names(tmp_path):
+    target = tmp_path / "real.csv"
+    target.write_text("old\n")
+    link = tmp_path / "link.csv"
+    link.symlink_to(target)
+    emit(pl.DataFrame({"x": [42]}), None, link)
+    assert link.is_symlink() and target.read_text() == "x\n42\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
+
+
+def test_out_a_pipe_is_written_not_replaced(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    emit(pl.DataFrame({"x": [1, 2]}), "csv", fifo)
+    reader.join(timeout=30)
+    assert got == [b"x\n1\n2\n"] and stat.S_ISFIFO(fifo.stat().st_mode)

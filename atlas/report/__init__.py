@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from atlas.catalogue import Entry, entries
 from atlas.errors import AtlasError, arg
+from atlas.files import replacing
 from atlas.plot import figure
 from atlas.report.explorer import chosen_examples, run_payload
 from atlas.report.page import Block, Section, esc, fields, page, png, table
@@ -74,12 +75,8 @@ def write_report(
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     subtitle = f"store {st.store.root.resolve()}; written {written} by atlas {__version__}"
     text = page(title, subtitle, fields(meta), explorer, sections)
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
+    with replacing(out) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     shown = sum(s.shown for s in sections)
     return Report(out, out.stat().st_size, shown, len(sections) - shown, len(ids))
 
