@@ -198,9 +198,23 @@ class Store:
     def create(self) -> None:
         """Create an empty store (folder, data folder and the DuckDB file), atomically."""
         if self.exists():
+            self.check_database()
             return
         self.make_folders()
         self.write_database()
+
+    def check_database(self) -> None:
+        """Refuse a store whose DuckDB file is not a DuckDB database (an ingest would write its runs, and the store
+        would not open). The file holds only views and macros: removed, it is written again over data/ when the
+        store is next opened (``connect``)."""
+        if self.db.is_file():
+            with self.db.open("rb") as handle:
+                magic = handle.read(12)[8:]
+            if magic != b"DUCK":
+                raise AtlasError(
+                    f"{self.named}: its {DB_NAME} is not a DuckDB database; remove it, and atlas writes it "
+                    "again over the runs in data/"
+                )
 
     def make_folders(self) -> None:
         """The store's folder and data folder, its path checked first (``create``'s first half)."""
@@ -365,6 +379,8 @@ class Store:
         """A read-only connection. Writes nothing, unless the views predate the current schema.sql or the
         macros the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no
         extension installs and no file access outside the store's data folder (for the rest of the process)."""
+        if not self.exists() and self.data.is_dir() and os.access(self.root, os.W_OK):
+            self.write_database()  # removed (see check_database): written again over the runs in data/
         if not self.exists():
             raise AtlasError(f"{self.named}: no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)

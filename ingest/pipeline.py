@@ -479,6 +479,7 @@ def _stage_and_publish(
     if final.is_dir():  # published by another process before this one took the lock
         return IngestResult(run_id, True, 0, 0, 0)
     created = not store.exists()
+    store.check_database()
     store.make_folders()
     staging = store.staging / run_id
     (staging / "done").mkdir(parents=True, exist_ok=True)

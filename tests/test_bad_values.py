@@ -4,6 +4,7 @@ naming the option, exit 1, and no store."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -132,3 +133,20 @@ def test_arguments_not_utf8(store, args):
     line = refused(*args, *(["--store", str(store)] if "--store" not in args else []))
     assert line.startswith("Error: '") and line.endswith("': not UTF-8 text (the atlas reads arguments as UTF-8)")
     assert "\\xff" in line
+
+
+def test_a_store_whose_database_is_not_one(store, corpus, tmp_path):
+    """An ingest into it is refused (it would write runs that no query could read); removed, the file is written
+    again over the runs, which are all there."""
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    (copy / "atlas.duckdb").write_text("not a database\n")
+    before = sorted(copy.rglob("*"))
+    line = refused("ingest", "--corpus", str(corpus), "--random-init", "--store", str(copy))
+    assert line == (
+        f"Error: --store '{copy}': its atlas.duckdb is not a DuckDB database; remove it, and atlas writes it again "
+        "over the runs in data/"
+    )
+    assert sorted(copy.rglob("*")) == before
+    (copy / "atlas.duckdb").unlink()
+    assert atlas.open(copy).runs()["run_id"].to_list() == atlas.open(store).runs()["run_id"].to_list()
