@@ -178,6 +178,29 @@ def test_a_folder_without_a_store_is_refused(spark, tmp_path):
         atlas.spark.register(spark, tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("uri", "cause"),
+    [
+        ("weird://host/store", 'No FileSystem for scheme "weird"'),
+        ("s3a://bucket/store", "S3AFileSystem not found"),  # no hadoop-aws on this classpath
+    ],
+)
+def test_a_store_spark_cannot_read_is_refused_in_one_line(spark, uri, cause):
+    with pytest.raises(AtlasError) as raised:
+        atlas.spark.register(spark, uri)
+    text = str(raised.value)
+    assert text.startswith(f"store='{uri}': Spark cannot read it (") and cause in text and "\n" not in text
+
+
+def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
+    """In a process of its own: this one's session is running, and a running session is taken as it is."""
+    code = "from atlas.cli import main; main()"
+    args = ["query", "entropy", "--engine", "spark", "--spark-master", "bogus://x", "--store", str(tmp_path)]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("Error: --spark-master 'bogus://x': Spark did not start (")
+
+
 def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
     """The calls of each entry: its defaults (the latest run, the dense EWT run) or the parameters it needs to
     answer, and calls that it refuses."""

@@ -77,10 +77,19 @@ def session(master: str = "local[2]") -> SparkSession:
     running = SparkSession.getActiveSession()
     if running is not None:
         return running
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
     builder = SparkSession.builder.master(master).appName("attention-atlas")
-    with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
-        warnings.simplefilter("ignore", FutureWarning)
-        spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    try:
+        with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
+            warnings.simplefilter("ignore", FutureWarning)
+            spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    except (PySparkException, Py4JError) as exc:  # a master Spark cannot start on, or reach
+        raise AtlasError(
+            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; masters are local[N], "
+            "spark://HOST:PORT, yarn, k8s://URL)"
+        ) from None
     spark.sparkContext.setLogLevel("OFF")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
@@ -92,15 +101,16 @@ def register(spark: SparkSession, store: str | os.PathLike[str]) -> list[str]:
     the declared columns (NULL in files written before a column existed), those of older runs derived. Returns
     the table names. The views list the files now: runs published later are seen by registering again."""
     require_pyspark()
-    from pyspark.errors import AnalysisException
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
 
     root = store_uri(store)
     for name in table_schemas():
         try:
             frame = spark.read.schema(schema_ddl(name)).parquet(files(root, name))
-        except AnalysisException as exc:
+        except (PySparkException, Py4JJavaError) as exc:  # a file system Spark has not, a host it cannot reach
             if "PATH_NOT_FOUND" not in str(exc):
-                raise
+                raise AtlasError(f"{_named(store)}: Spark cannot read it ({_cause(exc)})") from None
             if name == "runs":
                 raise AtlasError(f"{_named(store)}: no store here (no data/*/runs/*.parquet)") from None
             frame = spark.createDataFrame([], schema_ddl(name))  # a store written before its .schema files
@@ -173,6 +183,15 @@ def _messages(exc: Exception) -> list[str]:
         found.append(str(java.getMessage() or ""))
         stack += [java.getCause(), *java.getSuppressed()]
     return found
+
+
+def _cause(exc: Exception) -> str:
+    """The first line of the Java exception at the root of ``exc`` (else of ``exc``): what went wrong, not where."""
+    java = getattr(exc, "java_exception", None) or getattr(exc, "_origin", None)
+    while java is not None and java.getCause() is not None:
+        java = java.getCause()
+    lines = str(exc if java is None else java).strip().splitlines()
+    return lines[0].rstrip(".") if lines else type(exc).__name__
 
 
 def _named(store: str | os.PathLike[str]) -> str:
