@@ -2,11 +2,11 @@
 
 The driver (the process that runs ``atlas ingest``) reads the checked corpus and groups it into the run's
 chunks exactly as the single-process ingest does (``pipeline.chunks``), skips the chunks already marked done
-(by either engine), and puts each pending chunk's examples into Ray's object store as a one-row block of a
-Dataset. A class-based ``map_batches`` stage runs on an actor pool: each actor loads the model once
-(claiming ``gpus_per_worker`` GPUs, the only ones Ray lets it see) and stages one chunk per call with
-``pipeline.stage_chunk``, the single-process ingest's own code: the same Parquet files, temporary names and
-renames, and done markers, in the run's staging folder. The driver counts the finished chunks on one
+(by either engine), and puts each pending chunk's examples into Ray's object store (serialised by Ray), its
+number as a one-row block of a Dataset. A class-based ``map_batches`` stage runs on an actor pool: each actor
+loads the model once (claiming ``gpus_per_worker`` GPUs, the only ones Ray lets it see) and stages one chunk
+per call with ``pipeline.stage_chunk``, the single-process ingest's own code: the same Parquet files, temporary
+names and renames, and done markers, in the run's staging folder. The driver counts the finished chunks on one
 progress bar and then publishes the run with the same single rename (``pipeline.ingest``). Nothing of the
 store depends on the engine.
 
@@ -18,7 +18,6 @@ spills to disk when full. This module imports Ray; nothing else imports this mod
 from __future__ import annotations
 
 import logging
-import pickle
 import warnings
 from collections import Counter
 from dataclasses import dataclass
@@ -84,8 +83,9 @@ class ChunkStager:
         settings: Settings,
         staging: Path,
         stop: ray.actor.ActorHandle,
+        blocks: dict[int, ray.ObjectRef],
     ) -> None:
-        self.run_id, self.settings, self.staging, self.stop = run_id, settings, staging, stop
+        self.run_id, self.settings, self.staging, self.stop, self.blocks = run_id, settings, staging, stop, blocks
         self.failed: str | None = None
         try:
             if not (staging / "done").is_dir():  # made by the driver before any worker starts
@@ -99,7 +99,7 @@ class ChunkStager:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         errors, counts = [], []
-        for chunk, data in zip(batch["chunk"].to_pylist(), batch["examples"].to_pylist(), strict=True):
+        for chunk in batch["chunk"].to_pylist():
             if ray.get(self.stop.get.remote()):
                 errors.append(None)
                 counts.append(None)
@@ -107,7 +107,7 @@ class ChunkStager:
             try:
                 if self.failed is not None:
                     raise AtlasError(self.failed)
-                examples: list[Example] = pickle.loads(data)
+                examples: list[Example] = ray.get(self.blocks[chunk])
                 done = stage_chunk(self.lm, self.inputs, self.run_id, chunk, examples, self.settings, self.staging)
                 errors.append(None)
                 counts.append(done)
@@ -131,7 +131,7 @@ class RayEngine:
         self, corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
     ) -> dict[str, int]:
         totals: Counter[str] = Counter()
-        refs, first_lines = [], {}
+        refs, blocks, first_lines = [], {}, {}
         started = False
         inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
         try:
@@ -143,9 +143,11 @@ class RayEngine:
                 if not refs:  # the first pending chunk
                     started = self._start()
                 first_lines[chunk] = (block[0].sentences[0].sentence.line, block[0].example_id, block[-1].example_id)
-                refs.append(ray.put(pa.table({"chunk": [chunk], "examples": [pickle.dumps(block)]})))
+                blocks[chunk] = ray.put(block)
+                refs.append(ray.put(pa.table({"chunk": [chunk]})))
             if refs:
-                totals.update(self._stage(refs, first_lines, corpus, lm, run_id, settings, staging.resolve(), progress))
+                staging = staging.resolve()
+                totals.update(self._stage(refs, blocks, first_lines, corpus, lm, run_id, settings, staging, progress))
         finally:
             if started:
                 ray.shutdown()
@@ -171,6 +173,7 @@ class RayEngine:
     def _stage(
         self,
         refs: list,
+        blocks: dict[int, ray.ObjectRef],
         first_lines: dict[int, tuple[int, int, int]],
         corpus: CorpusInfo,
         lm: LoadedModel,
@@ -179,7 +182,14 @@ class RayEngine:
         staging: Path,
         progress: bool,
     ) -> Counter[str]:
-        """Run the pending chunks through the actor pool; their counts added up."""
+        """Run the pending chunks (``refs``: their numbers, one-row tables; ``blocks``: their examples) through the
+        actor pool; their counts added up."""
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if self.gpus_per_worker > gpus:  # Ray would wait for them without end
+            raise AtlasError(
+                f"{arg('gpus_per_worker', self.gpus_per_worker)}: the Ray cluster has {gpus:g} GPUs; a worker "
+                "would wait for its GPUs without end"
+            )
         stager = {
             "source": lm.source,
             "random_init": lm.random_init,
@@ -191,6 +201,7 @@ class RayEngine:
             "settings": settings,
             "staging": staging,
             "stop": Stop.remote(),
+            "blocks": blocks,
         }
         with warnings.catch_warnings():  # max_restarts is passed as the remote argument Ray 2.60 still takes
             warnings.simplefilter("ignore", DeprecationWarning)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import pickle
 import subprocess
 import sys
 from dataclasses import replace
@@ -212,10 +211,10 @@ def test_a_worker_that_does_not_see_the_staging_folder_refuses_to_write(ray_loca
     elsewhere = tmp_path / "not-shared" / "staging"
     settings = replace(SETTINGS, max_length=model.max_positions)
     block = next(pipeline.chunks(check_corpus(corpus), model, settings, Inputs.of(model.tokenizer, False, corpus)))
-    refs = [ray.put(pa.table({"chunk": [0], "examples": [pickle.dumps(block)]}))]
+    refs, blocks = [ray.put(pa.table({"chunk": [0]}))], {0: ray.put(block)}
     with pytest.raises(AtlasError) as failed:
         ray_engine.RayEngine(workers=1)._stage(
-            refs, {0: (1, 0, CHUNK - 1)}, check_corpus(corpus), model, "r", settings, elsewhere, False
+            refs, blocks, {0: (1, 0, CHUNK - 1)}, check_corpus(corpus), model, "r", settings, elsewhere, False
         )
     message = str(failed.value)
     assert message.startswith(f"{corpus}:1: chunk 0 (examples 0-5) failed on a Ray worker: {elsewhere}: not found on")
@@ -240,6 +239,14 @@ def test_engine_options_are_refused_in_one_line(tmp_path, corpus):
     refused = atlas_ingest(corpus, Store(tmp_path / "store"), "--gpus-per-worker", "1")
     assert refused.exit_code == 1 and refused.output.startswith("Error: --gpus-per-worker: sets up the Ray workers")
     assert not (tmp_path / "store").exists()
+
+
+def test_gpus_the_cluster_has_not_are_refused_not_waited_for(ray_local, tmp_path, corpus, model):
+    store = Store(tmp_path / "store")
+    engine = ray_engine.RayEngine(workers=1, gpus_per_worker=ray.cluster_resources().get("GPU", 0) + 1)
+    with pytest.raises(AtlasError, match=r"gpus_per_worker=\d+: the Ray cluster has \d+ GPUs; a worker would wait"):
+        pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False, stage=engine)
+    assert store.unfinished_runs() == [] and not list(store.data.glob("*"))
 
 
 def test_the_default_ingest_does_not_import_ray(tmp_path, corpus):
