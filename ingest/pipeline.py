@@ -482,10 +482,10 @@ def _stage_and_publish(
     store.check_database()
     store.make_folders()
     staging = store.staging / run_id
-    (staging / "done").mkdir(parents=True, exist_ok=True)
-    for tmp in staging.rglob(".*.tmp"):
-        tmp.unlink()
     try:
+        (staging / "done").mkdir(parents=True, exist_ok=True)
+        for tmp in staging.rglob(".*.tmp"):
+            tmp.unlink()
         with ThreadPoolExecutor(max_workers=1) as side:  # the database beside the first chunk's reading
             database = side.submit(store.write_database)
             try:

@@ -25,6 +25,8 @@ DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
 TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see ingest.align)
 WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see ingest.sparsify)
 # --dtype: the weights' dtype; auto: bfloat16 where the model runs on CUDA, else float32 (see ingest.device)
+ID_BYTES = 255  # a run id names its folders: no longer than a file name may be
+HASH_CHARS = 10  # the hex digits of the hash that ends a run id
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -114,7 +116,8 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             *([["dtype", settings.dtype]] if settings.dtype != "float32" else []),
         ],
     )
-    return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + hashlib.sha256(key.encode()).hexdigest()[:10]
+    digest = hashlib.sha256(key.encode()).hexdigest()[:HASH_CHARS]
+    return _readable_part(corpus, lm.name, lm.random_init, lm.seed) + digest
 
 
 def _readable_part(corpus: CorpusInfo, name: str, random_init: bool, seed: int) -> str:
@@ -124,7 +127,14 @@ def _readable_part(corpus: CorpusInfo, name: str, random_init: bool, seed: int) 
     stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
     if corpus.fmt == "repeated":  # no file: named by its settings
         stem = Repeated.parse(corpus.path.name).stem
+    if len(f"{stem}__{model}{suffix}__".encode()) + HASH_CHARS > ID_BYTES:  # ids that fit are as they always were
+        stem, model = _cut(stem, ID_BYTES // 2 - 28), _cut(model, ID_BYTES // 2 - 28)
     return f"{stem}__{model}{suffix}__"
+
+
+def _cut(text: str, size: int) -> str:
+    """``text`` in at most ``size`` bytes of UTF-8, whole characters."""
+    return text.encode()[:size].decode(errors="ignore")
 
 
 def ingested_run(

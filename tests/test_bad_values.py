@@ -150,3 +150,15 @@ def test_a_store_whose_database_is_not_one(store, corpus, tmp_path):
     assert sorted(copy.rglob("*")) == before
     (copy / "atlas.duckdb").unlink()
     assert atlas.open(copy).runs()["run_id"].to_list() == atlas.open(store).runs()["run_id"].to_list()
+
+
+def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
+    """The run id names folders: its readable start is cut to fit 255 bytes (it failed with errno 36 and left a
+    half-made store); the same ingest again finds the run."""
+    long = tmp_path / ("é" * 120 + ".conllu")  # 247 bytes of UTF-8
+    shutil.copy(corpus, long)
+    store = tmp_path / "store"
+    first = atlas.ingest(long, store=store, progress=False)
+    assert len(first.run_id.encode()) <= 255 and first.run_id.startswith("é" * 49 + "__all-MiniLM-L6-v2__")
+    assert atlas.ingest(long, store=store, progress=False).already_present
+    assert atlas.open(store).runs()["run_id"].to_list() == [first.run_id]
