@@ -10,14 +10,15 @@ Packing modes:
   assembled from each sentence's pieces, tokenized once as a text of its own and at most once more after the
   joining space, where ``ingest.align.Joining`` proves that the same; else the window is tokenized as one text.
 An input longer than ``max_length`` is never truncated: a sentence that does not fit alone is skipped,
-recorded with ``skipped = true``, and counted. Lengths count the template's special tokens.
+recorded with ``skipped = true``, and counted (a GLUE example, its two texts together). Lengths count the
+template's special tokens.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import groupby, islice
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
@@ -203,10 +204,23 @@ def _ahead(sentences: Iterable[AlignedSentence], inputs: Inputs) -> Iterator[tup
 
 
 def group_examples(
-    sentences: Iterable[AlignedSentence], pack: str, max_length: int, inputs: Inputs, first_id: int = 0
+    sentences: Iterable[AlignedSentence],
+    pack: str,
+    max_length: int,
+    inputs: Inputs,
+    first_id: int = 0,
+    whole: bool = False,
 ) -> Iterator[Example]:
-    """Yield examples with consecutive ids starting at ``first_id``."""
+    """Yield examples with consecutive ids starting at ``first_id``. ``whole``: each document is one input, all of
+    it or, longer than ``max_length``, skipped (a GLUE example: its one or two texts, as the task reads them)."""
     pair = pack == "pair"
+    if whole:
+        for next_id, (_, doc) in enumerate(groupby(sentences, key=lambda s: s.sentence.doc_id), first_id):
+            items = list(doc)
+            texts = inputs.texts(items, pair)
+            n_tokens = inputs.length(texts)
+            yield Example(next_id, items[0].sentence.doc_id, items, pair, texts, n_tokens, n_tokens > max_length)
+        return
     limit = 2 if pair else (1 if pack == "none" else None)
     next_id = first_id
     group: list[AlignedSentence] = []

@@ -302,7 +302,7 @@ def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inpu
     the same for every engine (chunk i is staged as part-i files and marked done by ``done_marker``)."""
     sentences = read_aligned(corpus, lm.tokenizer, settings.max_length, text=settings.text)
     inputs = replace(inputs, mode=settings.text)  # windows are tokenized as the sentences are
-    examples = group_examples(sentences, settings.pack, settings.max_length, inputs)
+    examples = group_examples(sentences, settings.pack, settings.max_length, inputs, whole=corpus.fmt == "glue")
     while block := list(islice(examples, settings.chunk_examples)):
         yield block
 

@@ -20,6 +20,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 from tokenizers_helpers import TOKENIZERS, bert_wordpiece, gpt2_bpe, roberta_bpe
 from transformers import PreTrainedTokenizerFast
 
+import atlas
 from atlas.errors import AtlasError
 from atlas.ingestion.align import align, is_punct
 from atlas.ingestion.conllu import Sentence, Word, read_conllu
@@ -237,3 +238,17 @@ def test_text_pairs_are_cut_to_the_templates_length() -> None:
         exs = list(group_examples(aligned, "pair", 40, inputs))
         assert len(exs) == 6 and not any(e.skipped for e in exs)
         assert max(e.n_tokens for e in exs) <= 40
+
+
+def test_a_glue_pair_longer_than_max_length_is_skipped_whole(tmp_path):
+    """A GLUE example is one input: a pair that does not fit is skipped with both texts, never split in two."""
+    mrpc = ROOT / "samples" / "glue" / "MRPC" / "dev.tsv"
+    lines = mrpc.read_text(encoding="utf-8-sig").splitlines()[:13]
+    corpus = tmp_path / "dev.tsv"
+    corpus.write_text("\n".join(lines) + "\n")
+    store = tmp_path / "store"
+    done = atlas.ingest(corpus, format="glue", task="MRPC", max_length=48, store=store, progress=False)
+    rows = atlas.open(store).sql("SELECT sent_ids, n_tokens, skipped FROM examples ORDER BY example_id").rows()
+    assert [r[0] for r in rows] == [[f"{i}a", f"{i}b"] for i in range(12)]
+    assert all(skipped == (n_tokens > 48) for _, n_tokens, skipped in rows)
+    assert 0 < done.n_skipped < 12 and done.n_examples == 12 - done.n_skipped
