@@ -12,6 +12,16 @@
 --   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task)
+--   else: no ablations of task '{task}' in the store: run 'atlas ablate --task {task}' first
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
+--   else: no head ablations of task '{task}' by method '{method}' in the store (the methods: uniform, mask)
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
+--     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' has no head ablations of task '{task}' by method '{method}'
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
+--     AND metric = coalesce(nullif($metric, ''), primary_metric)
+--   else: the head ablations of task '{task}' have no metric '{metric}'
 -- plot: heatmap delta value
 -- labels:
 --   delta: metric change (head disabled)

@@ -11,6 +11,12 @@
 --   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
 --   else: no head importance in the store: run 'atlas importance' first
+-- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
+--     AND upper(split_part(run_id, '__', 1)) = upper($task)
+--   else: no head importance of task '{task}' in the store: run 'atlas importance --task {task}' first
+-- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
+--     AND upper(split_part(run_id, '__', 1)) = upper($task) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' has no head importance of task '{task}'
 -- plot: heatmap importance_normalised importance
 -- labels:
 --   importance_normalised: importance (normalised per layer)

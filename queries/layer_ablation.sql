@@ -13,6 +13,16 @@
 --   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task)
+--   else: no ablations of task '{task}' in the store: run 'atlas ablate --task {task}' first
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'layer'
+--   else: no layer ablations of task '{task}' by method '{method}' in the store (the methods: uniform, mask)
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'layer'
+--     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' has no layer ablations of task '{task}' by method '{method}'
+-- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'layer'
+--     AND metric = coalesce(nullif($metric, ''), primary_metric)
+--   else: the layer ablations of task '{task}' have no metric '{metric}'
 -- plot: bars layer value baseline
 -- labels:
 --   layer: layer disabled

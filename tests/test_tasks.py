@@ -20,6 +20,7 @@ from atlas.ingestion.glue_tsv import TASKS, load_split, read_tsv, task_spec
 from atlas.model.capture import recording
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import default_model_path
+from atlas.prerequisites import check as check_prerequisites
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
 from atlas.tasks.classifier import encode, encoder_layers, evaluate_many, load_task_model
@@ -384,6 +385,20 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
     ]:
         entry = resolve(name)
         assert len(run_entry(con, entry, entry.bind(params))) == rows, name
+    # parameters the stored results do not have are refused, naming them, not answered with no rows
+    model_run = run_entry(con, resolve("head importance"), resolve("head importance").bind({"task": "RTE"}))
+    other = str(model_run["model_run"][0]).replace("RTE", "MRPC")
+    for name, params, message in [
+        ("head ablation", {"task": "SST-2"}, "no ablations of task 'SST-2' in the store"),
+        ("layer ablation", {"task": "RTE"}, "no layer ablations of task 'RTE' by method 'uniform' in the store"),
+        ("head ablation", {"task": "RTE", "method": "zero"}, "no head ablations of task 'RTE' by method 'zero'"),
+        ("head ablation", {"task": "rte", "method": "mask", "metric": "f1"}, "of task 'rte' have no metric 'f1'"),
+        ("layer ablation", {"task": "RTE", "method": "mask", "model_run": other}, f"model run '{other}' has no"),
+        ("head importance", {"task": "MRPC"}, "no head importance of task 'MRPC' in the store"),
+    ]:
+        entry = resolve(name)
+        with pytest.raises(AtlasError, match=message):
+            check_prerequisites(con, entry, entry.bind(params))
     # the checkpoint reloads with the metrics it recorded
     tm = load_task_model(str(ckpt), task_spec("RTE"))
     dev = load_split(tm.spec, str(GLUE / "RTE"), "dev").head(16)
