@@ -48,6 +48,7 @@ one naming an unknown shared need, is refused in one line naming the file and th
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 import string
@@ -126,14 +127,24 @@ class Entry:
 
 
 def _convert(p: Parameter, raw: str) -> object:
+    """A value as the parameter's default is written: a whole number, a number (finite), true or false, or text."""
     default = p.default or ""
-    try:
-        if re.fullmatch(r"-?\d+", default):
-            return int(raw)
-        if re.fullmatch(r"-?\d*\.\d+", default):
-            return float(raw)
-    except ValueError:
-        raise AtlasError(f"--param {p.name}={raw}: expected a number") from None
+    if re.fullmatch(r"-?\d+", default):
+        if not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
+            raise AtlasError(f"--param {p.name}={raw}: expected a whole number")
+        return int(raw)
+    if re.fullmatch(r"-?\d*\.\d+", default):
+        try:
+            value = float(raw)
+        except ValueError:
+            raise AtlasError(f"--param {p.name}={raw}: expected a number") from None
+        if not math.isfinite(value):
+            raise AtlasError(f"--param {p.name}={raw}: expected a finite number")
+        return value
+    if default in ("true", "false"):
+        if raw.strip().lower() not in ("true", "false"):
+            raise AtlasError(f"--param {p.name}={raw}: expected true or false")
+        return raw.strip().lower() == "true"
     return raw
 
 

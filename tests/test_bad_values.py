@@ -11,8 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 import atlas
+from atlas.catalogue import resolve
 from atlas.checks import SEED_MAX
 from atlas.cli import cli
+from atlas.errors import AtlasError
 from atlas.ingestion.conllu import write_first_sentences
 from atlas.model.identity import default_model_path
 
@@ -162,3 +164,28 @@ def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
     assert len(first.run_id.encode()) <= 255 and first.run_id.startswith("é" * 49 + "__all-MiniLM-L6-v2__")
     assert atlas.ingest(long, store=store, progress=False).already_present
     assert atlas.open(store).runs()["run_id"].to_list() == [first.run_id]
+
+
+@pytest.mark.parametrize(
+    ("entry", "given", "words"),
+    [
+        ("best head per dependency relation", "min_count=1e3", "expected a whole number"),
+        ("best head per dependency relation", "min_count=", "expected a whole number"),
+        ("best head per dependency relation", "poss_rule=maybe", "expected true or false"),
+        ("relative position", "threshold=nan", "expected a finite number"),
+        ("relative position", "threshold=-inf", "expected a finite number"),
+        ("relative position", "threshold=high", "expected a number"),
+    ],
+)
+def test_query_parameters_of_the_wrong_kind(entry, given, words):
+    name, value = given.split("=")
+    with pytest.raises(AtlasError) as raised:
+        resolve(entry).bind({name: value})
+    assert str(raised.value) == f"--param {given}: {words}"
+
+
+def test_query_parameters_as_their_defaults_are_written():
+    entry = resolve("best head per dependency relation")
+    bound = entry.bind({"min_count": " 7 ", "poss_rule": "False"})
+    assert bound["min_count"] == 7 and bound["poss_rule"] is False and bound["direction"] == "both"
+    assert resolve("relative position").bind({"threshold": "1e-1"})["threshold"] == 0.1

@@ -197,7 +197,7 @@ def test_query_resolution(store_dir):
 
 def test_query_parameters_are_bound_not_pasted(store_dir):
     result = atlas("query", "syntax heads", "--store", str(store_dir), "--param", "min_count=1; DROP VIEW runs")
-    assert result.exit_code == 1 and "expected a number" in result.output
+    assert result.exit_code == 1 and "expected a whole number" in result.output
     result = atlas("query", "syntax heads", "--store", str(store_dir), "--run", "x' OR '1'='1")
     assert result.exit_code == 1 and "no such run" in result.output
     few = atlas("query", "syntax heads", "--store", str(store_dir), "--param", "min_count=1000", "--format", "csv")

@@ -292,7 +292,7 @@ def test_query_returns_a_spark_dataframe(store, spark):
         atlas.spark.query(spark, root, "glue baselines", run=runs["dense"])
     with pytest.raises(AtlasError, match="no such run"):
         atlas.spark.query(spark, root, "entropy", run="nope")
-    with pytest.raises(AtlasError, match="expected a number"):
+    with pytest.raises(AtlasError, match="expected a whole number"):
         atlas.spark.query(spark, root, BEST, min_count="many")
 
 
