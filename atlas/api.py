@@ -366,6 +366,9 @@ class Atlas:
         the paper's CNN trained on them (``model``: as for ``distances``). Then: ``query("pattern shares")``."""
         from atlas.patterns import THRESHOLDS, classify
 
+        if model is not None and labels is None:
+            why = "only the CNN of {} runs the model; the rule reads the stored maps".format(arg("labels"))
+            raise AtlasError(f"{arg('model')}: {why}")
         run_id = self.run_id(run)
         if labels is not None:
             from atlas.pattern_cnn import train_and_classify

@@ -189,3 +189,8 @@ def test_query_parameters_as_their_defaults_are_written():
     bound = entry.bind({"min_count": " 7 ", "poss_rule": "False"})
     assert bound["min_count"] == 7 and bound["poss_rule"] is False and bound["direction"] == "both"
     assert resolve("relative position").bind({"threshold": "1e-1"})["threshold"] == 0.1
+
+
+def test_patterns_refuse_a_model_they_would_not_use(store):
+    line = refused("patterns", "--model", "elsewhere", "--store", str(store))
+    assert line == "Error: --model: only the CNN of --labels runs the model; the rule reads the stored maps"
