@@ -25,6 +25,8 @@ DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
 TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see ingest.align)
 WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see ingest.sparsify)
 # --dtype: the weights' dtype; auto: bfloat16 where the model runs on CUDA, else float32 (see ingest.device)
+# a GLUE run's examples are whole (a pair longer than max_length skipped, not split in two as earlier runs did)
+GLUE_WHOLE = ["glue examples", "whole"]
 ID_BYTES = 255  # a run id names its folders: no longer than a file name may be
 HASH_CHARS = 10  # the hex digits of the hash that ends a run id
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -93,7 +95,9 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
     """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text, word-row
     and dtype settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
     the mean of the pieces' rows, float32 weights), so that those runs keep their ids; a drawn corpus (repeated)
-    has no text. A loaded model (``LoadedModel.dtype``) must be in the settings' dtype."""
+    has no text. A GLUE run's key says its examples are whole (``GLUE_WHOLE``): earlier versions split a pair longer
+    than max_length in two, and their runs keep other ids. A loaded model (``LoadedModel.dtype``) must be in the
+    settings' dtype."""
     loaded = getattr(lm, "dtype", settings.dtype)
     if loaded != settings.dtype:
         raise ValueError(f"the model is loaded in {loaded}, the settings say {settings.dtype}")
@@ -102,6 +106,7 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
         [
             corpus.sha256,
             *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
+            *([GLUE_WHOLE] if corpus.fmt == "glue" else []),
             *([corpus.sample, corpus.sample_seed] if corpus.fmt == "text" else []),
             lm.model_hash,
             lm.random_init,
