@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import sys
 from pathlib import Path
@@ -328,6 +330,8 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise AtlasError(f"{arg('param', repr(item))}: expected NAME=VALUE")
+        if key.strip() in out:
+            raise AtlasError(f"{arg(key.strip(), query=True)}: given twice; give each parameter once")
         out[key.strip()] = value.strip()
     return out
 
@@ -405,6 +409,8 @@ def _answer(
     answered) and notes go to stderr."""
     name = _entry_name(phrase)
     values: dict[str, object] = dict(_params(params))
+    if run_id is not None and "run" in values:
+        raise AtlasError(f"{arg('run', query=True)}: the run is given by {arg('run')}; give it once")
     run = run_id or values.pop("run", None)
     runs = [run, *compare] if compare else None
     if engine == "spark" and compare:
@@ -606,10 +612,16 @@ def sql(
 def _sql_text(statement: str | None, sql_file) -> str:
     if sql_file is not None and statement is not None:
         raise AtlasError("sql: give the SQL as STATEMENT or with -f FILE, not both")
-    if statement == "-":
-        statement = sys.stdin.read()
-    elif sql_file is not None:
-        statement = sql_file.read()
+    source = "standard input" if statement == "-" else getattr(sql_file, "name", None)
+    try:
+        if statement == "-":
+            statement = sys.stdin.read()
+        elif sql_file is not None:
+            statement = sql_file.read()
+        if statement is not None:
+            statement.encode()  # standard input's bytes that are not UTF-8 come as lone surrogates
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        raise AtlasError(f"{source}: not UTF-8 text") from None
     if statement is not None and statement.startswith("-") and len(statement.split()) == 1 and statement != "-":
         raise AtlasError(f"sql: no such option {statement} (see 'atlas sql --help')")
     if not statement or not statement.strip():
@@ -658,7 +670,19 @@ for _command in TASK_COMMANDS:
     cli.add_command(_command)
 
 
+class _Closed(io.TextIOBase):
+    """Standard output where the shell closed it (atlas ... >&-): writing to it is an error, said in one line."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed: nothing can be written to it (give --out FILE)")
+
+
 def main() -> None:
+    sys.stdin = sys.stdin or open(os.devnull)  # noqa: SIM115 (closed by the shell: read as empty)
+    sys.stdout = sys.stdout or _Closed()
     cli(prog_name="atlas")
 
 

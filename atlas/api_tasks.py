@@ -57,7 +57,10 @@ def _dev(spec, data: str, limit: int | None):
     from atlas.ingestion.glue_tsv import load_split
 
     checks.at_least("dev_limit", limit, 1)
-    return load_split(spec, data, "dev").head(limit)
+    dev = load_split(spec, data, "dev").head(limit)
+    if spec.labels is None and len(dev) < 2:  # a correlation of one pair is undefined
+        raise AtlasError(f"{arg('dev_limit', limit)}: {spec.name}'s correlations need 2 or more dev examples")
+    return dev
 
 
 def finetune(
@@ -95,6 +98,8 @@ def finetune(
     if not 0 <= warmup < 1:
         raise AtlasError(f"{arg('warmup', warmup)}: expected a share of the steps, at least 0 and below 1")
     spec = task_spec(task)
+    if not os.fspath(out).strip():
+        raise AtlasError(f"{arg('out', repr(os.fspath(out)))}: name the checkpoint folder")
     out = Path(out)
     check_out(out)
     train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)

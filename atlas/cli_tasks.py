@@ -25,7 +25,7 @@ limit_option = click.option(
 @data_option
 @click.option("--model", default=None, help="Encoder: HF id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Fresh random encoder weights from the config (seeded).")
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Checkpoint folder.")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="Checkpoint folder.")
 @click.option("--epochs", default=3, show_default=True, type=click.IntRange(min=0), help="0: save without training.")
 @click.option(
     "--train-limit",
@@ -46,7 +46,7 @@ def finetune(
     data: str,
     model: str | None,
     random_init: bool,
-    out: Path,
+    out: str,
     epochs: int,
     train_limit: int,
     learning_rate: float,

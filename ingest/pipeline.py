@@ -495,6 +495,12 @@ def _stage_and_publish(
         if changed(corpus):  # a drawn corpus (--format repeated) has no file
             shutil.rmtree(staging)
             raise AtlasError(f"{corpus.path}: the file changed during the ingest; run it again")
+        if totals["examples"] == 0:  # a run without an input answers nothing
+            shutil.rmtree(staging)
+            raise AtlasError(
+                f"{corpus.path}: every input is longer than {arg('max_length', max_length)} pieces "
+                f"({totals['skipped']:,} skipped); nothing was stored"
+            )
     except KeyboardInterrupt:
         raise  # the finished chunks stay staged: the same ingest resumes from them
     except BaseException:

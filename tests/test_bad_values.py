@@ -4,7 +4,10 @@ naming the option, exit 1, and no store."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +197,77 @@ def test_query_parameters_as_their_defaults_are_written():
 def test_patterns_refuse_a_model_they_would_not_use(store):
     line = refused("patterns", "--model", "elsewhere", "--store", str(store))
     assert line == "Error: --model: only the CNN of --labels runs the model; the rule reads the stored maps"
+
+
+def test_a_parameter_given_twice(store):
+    assert refused("query", "entropy", "--run", "a", "--param", "run=b", "--store", str(store)) == (
+        "Error: --param run: the run is given by --run; give it once"
+    )
+    assert refused("query", "relative position", "--param", "threshold=0.1", "--param", "threshold=0.2") == (
+        "Error: --param threshold: given twice; give each parameter once"
+    )
+
+
+def test_sql_that_is_not_utf8(store, tmp_path):
+    utf16 = tmp_path / "q.sql"
+    utf16.write_text("SELECT 1", encoding="utf-16")
+    assert refused("sql", "-f", str(utf16), "--store", str(store)) == f"Error: {utf16}: not UTF-8 text"
+    done = subprocess.run(
+        [sys.executable, "-c", "from atlas.cli import main; main()", "sql", "-", "--store", str(store)],
+        input=b"SELECT 1 -- caf\xe9",
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stderr.decode().strip() == "Error: standard input: not UTF-8 text"
+
+
+def test_standard_output_closed(store):
+    """atlas ... >&-: writing the answer is an error, said in one line; --out still writes."""
+    code = "from atlas.cli import main; main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "sql", "SELECT 1", "--format", "csv", "--store", str(store)],
+        preexec_fn=lambda: os.close(1),  # noqa: PLW1509 (the shell's >&-)
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
+    assert done.returncode == 1 and done.stderr.decode().strip().startswith(
+        "Error: [Errno 9] standard output is closed"
+    )
+
+
+def test_one_dev_example_of_a_regression_task(tmp_path):
+    line = refused(
+        "finetune",
+        "--task",
+        "STS-B",
+        "--data",
+        str(ROOT / "samples" / "glue" / "STS-B"),
+        "--out",
+        str(tmp_path / "ckpt"),
+        "--epochs",
+        "0",
+        "--dev-limit",
+        "1",
+        "--store",
+        str(tmp_path / "store"),
+    )
+    assert line == "Error: --dev-limit 1: STS-B's correlations need 2 or more dev examples"
+    assert not (tmp_path / "ckpt").exists() and not (tmp_path / "store").exists()
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_is_refused_before_training(tmp_path):
+    (tmp_path / "file").write_text("")
+    for out, words in [
+        (str(tmp_path / "file" / "ckpt"), f"'{tmp_path / 'file'}' is not a folder"),
+        ("", "name the checkpoint folder"),
+    ]:
+        line = refused("finetune", "--task", "SST-2", "--data", str(SST2), "--out", out, "--store", str(tmp_path / "s"))
+        assert line == f"Error: --out '{out}': {words}"
+
+
+def test_an_ingest_that_keeps_no_input_stores_nothing(corpus, tmp_path):
+    line = refused(
+        "ingest", "--corpus", str(corpus), "--max-length", "3", "--quiet", "--store", str(tmp_path / "store")
+    )
+    assert line == f"Error: {corpus}: every input is longer than --max-length 3 pieces (2 skipped); nothing was stored"
+    assert not (tmp_path / "store").exists()

@@ -131,6 +131,8 @@ def check_out(out: Path) -> None:
     given = arg("out", repr(str(out)))
     if not out.resolve().name:
         raise AtlasError(f"{given}: not a folder name")
+    if not out.absolute().parent.is_dir():
+        raise AtlasError(f"{given}: '{out.absolute().parent}' is not a folder")
     recover(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / TASK_FILE).is_file())):
         raise AtlasError(f"{given}: exists and is not a checkpoint of 'atlas finetune'; choose a new folder")
