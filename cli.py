@@ -313,8 +313,8 @@ def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
     """Remove runs (and every result stored with them), each in one atomic step; or discard an interrupted
     ingest (see 'atlas runs --unfinished')."""
     st = api.open(store_path, must_exist=False)
-    for run_id in run_ids:
-        click.echo(f"removed {st.remove(run_id)} {run_id}", err=True)
+    for run_id, what in st.remove(*run_ids).items():
+        click.echo(f"removed {what} {run_id}", err=True)
 
 
 @cli.command()

@@ -22,6 +22,7 @@ heads are 1-based wherever a catalogue answer shows them (``query``, ``plot``, `
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -169,6 +170,8 @@ class Atlas:
         """The runs, with what tells them apart (weights, seed, max length, kept mass, pack); ``unfinished``:
         the interrupted ingests instead (re-run the same ingest to resume one)."""
         if unfinished:
+            if not self.store.exists() and not self.store.staging.is_dir():
+                raise AtlasError(f"{self.store.named}: no store here (run 'atlas ingest' first)")
             return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
         return self.connection.sql(
             "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
@@ -380,13 +383,15 @@ class Atlas:
             n = classify(self.store, run_id)
         return Classed(run_id, n, None, dict(THRESHOLDS))
 
-    def remove(self, run_id: str) -> str:
-        """Remove a run and every result stored with it, or discard an interrupted ingest, in one atomic step;
-        returns which it was ('run' or 'unfinished ingest')."""
+    def remove(self, *run_ids: str) -> dict[str, str]:
+        """Remove runs and every result stored with them, or discard interrupted ingests, each in one atomic step,
+        once every one is found (else nothing is removed); returns which each was ('run' or 'unfinished
+        ingest'), by run id."""
         if not self.store.exists():
             raise AtlasError(f"{arg('store', repr(str(self.store.root)))}: no store here")
         self.close()
-        return self.store.remove(run_id)
+        ids = list(dict.fromkeys(run_ids))
+        return dict(zip(ids, self.store.remove(*ids), strict=True))
 
     # SQL and tables
 
@@ -684,7 +689,7 @@ def _check_engine_options(
         )
     if workers is not None and workers < 1:
         raise AtlasError(f"{arg('workers', workers)}: expected 1 or more")
-    if gpus_per_worker is not None and gpus_per_worker < 0:
+    if gpus_per_worker is not None and not 0 <= gpus_per_worker < math.inf:  # nan fails too
         raise AtlasError(f"{arg('gpus_per_worker', number_text(gpus_per_worker))}: expected 0 or more")
     if engine == "ray" and device == "cuda" and not gpus_per_worker:
         raise AtlasError(

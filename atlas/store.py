@@ -448,18 +448,26 @@ class Store:
             return []
         return sorted(p.name for p in self.staging.iterdir() if not p.name.startswith("."))
 
-    def remove(self, run_id: str) -> str:
-        """Remove a run (published: from data/; interrupted: its staging folder) in one atomic step; returns
-        which it was ('run' or 'unfinished ingest')."""
+    def remove(self, *run_ids: str) -> list[str]:
+        """Remove runs (published: from data/; interrupted: their staging folders), each in one atomic step, once
+        every one is found (an id given twice counts once); returns which each was ('run' or 'unfinished
+        ingest')."""
         with self.writing():
-            for folder, what in ((self.data, "run"), (self.staging, "unfinished ingest")):
-                path = folder / run_id
-                if run_id and not run_id.startswith(".") and "/" not in run_id and path.is_dir():
-                    trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
-                    path.rename(trash)  # invisible from here on
-                    shutil.rmtree(trash)
-                    return what
-        raise AtlasError(f"'{run_id}': no such run in {self.root} (see 'atlas runs' and 'atlas runs --unfinished')")
+            found: dict[str, tuple[Path, str]] = {}
+            for run_id in run_ids:
+                for folder, what in ((self.data, "run"), (self.staging, "unfinished ingest")):
+                    path = folder / run_id
+                    if run_id and not run_id.startswith(".") and "/" not in run_id and path.is_dir():
+                        found[run_id] = (path, what)
+                        break
+                else:
+                    where = "see 'atlas runs' and 'atlas runs --unfinished'; nothing was removed"
+                    raise AtlasError(f"'{run_id}': no such run in {self.root} ({where})")
+            for path, _ in found.values():
+                trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
+                path.rename(trash)  # invisible from here on
+                shutil.rmtree(trash)
+        return [what for _, what in found.values()]
 
     def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
         row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()

@@ -19,6 +19,7 @@ from atlas.model.identity import DEFAULT_MODEL, model_identity
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
 MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting)
+MAX_EDGES_MOST = 2**31 - 1  # the largest cap a run records (runs.max_edges is an INTEGER)
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
 SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id: a store of other roundings differs)
 DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
@@ -70,8 +71,8 @@ def check_settings(settings: Settings) -> None:
     if settings.max_length is not None and settings.max_length < 3:
         shown = arg("max_length", settings.max_length)
         raise AtlasError(f"{shown}: expected 3 or more (the special tokens and a word)")
-    if settings.max_edges is not None and settings.max_edges < 1:
-        raise AtlasError(f"{arg('max_edges', settings.max_edges)}: expected 1 or more")
+    if settings.max_edges is not None and not 1 <= settings.max_edges <= MAX_EDGES_MOST:
+        raise AtlasError(f"{arg('max_edges', settings.max_edges)}: expected 1 to {MAX_EDGES_MOST:,}")
     check_device_name(settings.device)
     if settings.text not in TEXTS:
         raise AtlasError(f"{arg('text', repr(settings.text))}: expected one of {', '.join(TEXTS)}")

@@ -271,3 +271,32 @@ def test_an_ingest_that_keeps_no_input_stores_nothing(corpus, tmp_path):
     )
     assert line == f"Error: {corpus}: every input is longer than --max-length 3 pieces (2 skipped); nothing was stored"
     assert not (tmp_path / "store").exists()
+
+
+def test_rm_removes_nothing_unless_every_run_is_found(store, corpus, tmp_path):
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    (run_id,) = atlas.open(copy).runs()["run_id"].to_list()
+    before = sorted(copy.rglob("*"))
+    line = refused("rm", run_id, "nosuch", "--store", str(copy))
+    assert line.startswith("Error: 'nosuch': no such run in ") and line.endswith("nothing was removed)")
+    assert sorted(copy.rglob("*")) == before
+    assert atlas.open(copy).remove(run_id, run_id) == {run_id: "run"}  # given twice: removed once
+    assert atlas.open(copy).runs().is_empty()
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--max-edges", "99999999999"], "Error: --max-edges 99999999999: expected 1 to 2,147,483,647"),
+        (["--engine", "ray", "--gpus-per-worker", "nan"], "Error: --gpus-per-worker nan: expected 0 or more"),
+    ],
+)
+def test_ingest_numbers_out_of_range(corpus, tmp_path, args, line):
+    assert refused("ingest", "--corpus", str(corpus), *args, "--store", str(tmp_path / "store")) == line
+    assert not (tmp_path / "store").exists()
+
+
+def test_unfinished_runs_of_no_store(tmp_path):
+    line = refused("runs", "--unfinished", "--store", str(tmp_path / "typo"))
+    assert line == f"Error: --store '{tmp_path / 'typo'}': no store here (run 'atlas ingest' first)"
