@@ -411,7 +411,7 @@ def _answer(
     values: dict[str, object] = dict(_params(params))
     if run_id is not None and "run" in values:
         raise AtlasError(f"{arg('run', query=True)}: the run is given by {arg('run')}; give it once")
-    run = run_id or values.pop("run", None)
+    run = run_id if run_id is not None else values.pop("run", None)
     runs = [run, *compare] if compare else None
     if engine == "spark" and compare:
         raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', 'spark')}")

@@ -76,6 +76,8 @@ class AtlasNote(UserWarning):
 
 def store_path(path: str | os.PathLike[str] | None = None) -> Path:
     """The store folder: ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store)."""
+    if path is not None and not os.fspath(path).strip():
+        raise AtlasError(f"{arg('store', repr(os.fspath(path)))}: empty; name the store folder, or leave it out")
     return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
 
 
@@ -237,6 +239,7 @@ class Atlas:
             save(draw(answer.entry, answer.frame, answer.title, answer.runs), Path(figure))
             return answer
         entry = _chosen(name)  # said at once, before anything refuses
+        _not_empty(run)
         if runs is not None:
             runs = [self.latest_run() if r is None else r for r in runs]
             return self._compare(entry, run, runs, params)
@@ -263,7 +266,9 @@ class Atlas:
         if "run" not in {p.name for p in entry.parameters}:
             raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
         if len(runs) < 2 or len(set(runs)) < len(runs):
-            raise AtlasError(f"{arg('runs')}: name two or more different runs (given: {', '.join(runs) or 'none'})")
+            given = ", ".join(runs) or "none"
+            why = f"given: {given}; {arg('runs[0]')} left out is the latest run"
+            raise AtlasError(f"{arg('runs')}: name two or more different runs ({why})")
         answers = {  # the first run is the CLI's --run, the others its --compare
             r: self.answer(entry.name, self.run_id(r, "runs" if i else "runs[0]"), **params) for i, r in enumerate(runs)
         }
@@ -530,9 +535,16 @@ def answer_on_spark(
     from atlas.spark import answer, session
 
     entry = _chosen(name)
+    _not_empty(run)
     where = store_path() if store is None else store
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
+
+
+def _not_empty(run: str | None) -> None:
+    """Refuse a run id given empty (left out, the latest run is taken)."""
+    if run is not None and not run.strip():
+        raise AtlasError(f"{arg('run', repr(run))}: empty; name a run (see 'atlas runs'); left out, it is the latest")
 
 
 def _chosen(name: str) -> Entry:

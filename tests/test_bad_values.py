@@ -300,3 +300,29 @@ def test_ingest_numbers_out_of_range(corpus, tmp_path, args, line):
 def test_unfinished_runs_of_no_store(tmp_path):
     line = refused("runs", "--unfinished", "--store", str(tmp_path / "typo"))
     assert line == f"Error: --store '{tmp_path / 'typo'}': no store here (run 'atlas ingest' first)"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["query", "entropy", "--run", ""],
+            "Error: --run '': empty; name a run (see 'atlas runs'); left out, it is the latest",
+        ),
+        (
+            ["ingest", "--corpus", "c.conllu", "--model", " "],
+            "Error: --model ' ': empty; name a hub id or a folder, or leave it out",
+        ),
+    ],
+    ids=["run", "model"],
+)
+def test_an_empty_name_is_not_the_default(store, corpus, args, line):
+    args = [str(corpus) if a == "c.conllu" else a for a in args]
+    assert refused(*args, "--store", str(store)) == line
+
+
+def test_an_empty_store_is_not_the_default(corpus):
+    assert refused("ingest", "--corpus", str(corpus), "--store", "") == (
+        "Error: --store '': empty; name the store folder, or leave it out"
+    )
+    assert not Path("atlas-store").exists()

@@ -70,6 +70,8 @@ def load_model(
     """
     if dtype not in DTYPES:
         raise AtlasError(f"{arg('dtype', repr(dtype))}: expected one of {', '.join(DTYPES)}")
+    if name is not None and not name.strip():
+        raise AtlasError(f"{arg('model', repr(name))}: empty; name a hub id or a folder, or leave it out")
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
     given = arg("model", repr(shown))
