@@ -61,6 +61,8 @@ class AtlasGroup(click.Group):
         except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
+        except MemoryError as exc:  # asked for more than the machine has (a count of inputs, a length)
+            raise click.ClickException(f"out of memory ({str(exc).strip().splitlines()[0] or 'MemoryError'})") from None
         except (OSError, duckdb.Error) as exc:  # a file that cannot be read or written, a locked store
             raise click.ClickException(str(exc).strip().splitlines()[0]) from None
         except KeyboardInterrupt:

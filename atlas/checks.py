@@ -8,10 +8,15 @@ from atlas.errors import AtlasError, arg
 SEED_MAX = 2**32 - 1  # every generator a seed goes to (torch's, numpy's) takes 0 to this; runs.seed holds it
 
 
+COUNT_MAX = 2**63 - 1  # a count or limit beyond DuckDB's BIGINT is none a store could hold
+
+
 def at_least(name: str, value: float | None, least: float) -> None:
-    """``value`` (None: not given) is ``least`` or more."""
+    """``value`` (None: not given) is ``least`` or more, and at most ``COUNT_MAX``."""
     if value is not None and value < least:
         raise AtlasError(f"{arg(name, value)}: expected {least} or more")
+    if value is not None and value > COUNT_MAX:
+        raise AtlasError(f"{arg(name, value)}: expected {COUNT_MAX:,} or less")
 
 
 def seed(name: str, value: int | None) -> None:

@@ -66,6 +66,8 @@ def compute(
     if not inputs:
         raise AtlasError(f"{arg('run', repr(run_id))}: the run has no input to compare heads on")
     k = lm.n_layers * lm.n_heads
+    if n_clusters > k:
+        raise AtlasError(f"{arg('clusters', n_clusters)}: the model has {k} heads; expected {k} clusters or fewer")
     total = np.zeros((k, k))
     n_rows = 0
     maps = dense_maps(lm, inputs)

@@ -326,3 +326,12 @@ def test_an_empty_store_is_not_the_default(corpus):
         "Error: --store '': empty; name the store folder, or leave it out"
     )
     assert not Path("atlas-store").exists()
+
+
+def test_distances_counts_out_of_range(store):
+    assert refused("distances", "--clusters", "100", "--store", str(store)) == (
+        "Error: --clusters 100: the model has 72 heads; expected 72 clusters or fewer"
+    )
+    assert refused("distances", "--examples", str(2**64), "--store", str(store)) == (
+        f"Error: --examples {2**64}: expected 9,223,372,036,854,775,807 or less"
+    )
