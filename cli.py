@@ -383,6 +383,8 @@ def query(
     not run on the store, e.g. 'head distances' before 'atlas distances'.
     """
     if describe:
+        if out is not None or fmt is not None:
+            raise AtlasError(f"{arg('describe')}: prints the entry's text; leave out {arg('out')} and {arg('format')}")
         click.echo(api.describe(_entry_name(phrase)))
         return
     emit(_answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master).frame, fmt, out, limit)

@@ -81,6 +81,8 @@ def check_corpus(
         raise AtlasError(f"{arg('sample')}: only a {arg('format', repr('text'))} corpus is sampled")
     if fmt == "repeated":
         return Repeated.parse(path.name).info()
+    if path.exists() and not path.is_file() and not path.is_dir():  # <(zcat ...), a FIFO: it reads once
+        raise AtlasError(f"{path}: not a regular file (a pipe?); the corpus is read more than once: write it to a file")
     if fmt == "text":  # its paragraphs are annotated once, at ingest, when they are cut to the model's pieces
         pairs = read_pairs(path, sample)  # fails on a malformed file or a sample larger than its pairs
         n = 2 * (len(pairs) if sample is None else sample)

@@ -335,3 +335,24 @@ def test_distances_counts_out_of_range(store):
     assert refused("distances", "--examples", str(2**64), "--store", str(store)) == (
         f"Error: --examples {2**64}: expected 9,223,372,036,854,775,807 or less"
     )
+
+
+def test_a_corpus_that_can_be_read_only_once(tmp_path):
+    fifo = tmp_path / "corpus.conllu"
+    os.mkfifo(fifo)
+    line = refused("ingest", "--corpus", str(fifo), "--store", str(tmp_path / "store"))
+    assert line == f"Error: {fifo}: not a regular file (a pipe?); the corpus is read more than once: write it to a file"
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_a_config_value_that_is_not_finite(corpus, tmp_path, value):
+    args = ["--random-init", "--config", f"layer_norm_eps={value}", "--store", str(tmp_path / "store")]
+    line = refused("ingest", "--corpus", str(corpus), *args)
+    assert line == f"Error: --config layer_norm_eps={value}: expected a finite number"
+
+
+def test_describe_writes_no_file():
+    assert refused("query", "entropy", "--describe", "--out", "d.csv") == (
+        "Error: --describe: prints the entry's text; leave out --out and --format"
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ def config_overrides(given: Mapping[str, object] | Iterable[str] | str | None) -
         for key in given:
             if not isinstance(key, str) or not key.isidentifier():
                 raise AtlasError(f"{arg('config', repr(key))}: a config key is a name (e.g. num_hidden_layers)")
-        return dict(given)
+        return _finite(dict(given))
     overrides: dict[str, object] = {}
     for text in [given] if isinstance(given, str) else given:
         key, equals, value = str(text).partition("=")
@@ -125,6 +126,14 @@ def config_overrides(given: Mapping[str, object] | Iterable[str] | str | None) -
             overrides[key] = json.loads(value)
         except ValueError:
             overrides[key] = value
+    return _finite(overrides)
+
+
+def _finite(overrides: dict[str, object]) -> dict[str, object]:
+    """``overrides``, none of whose numbers is NaN or infinite (JSON's NaN and Infinity: a model of NaN weights)."""
+    for key, value in overrides.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise AtlasError(f"{arg('config', override_text(key, value))}: expected a finite number")
     return overrides
 
 
