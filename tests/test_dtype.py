@@ -255,7 +255,7 @@ def test_a_ray_worker_loads_the_drivers_dtype_and_config(tmp_path, corpus):
     (tmp_path / "done").mkdir()
     settings = Settings(dtype="bfloat16")
     worker = ray_engine.ChunkStager(
-        driver.source, True, 0, driver.model_hash, driver.config_overrides, corpus, "r", settings, tmp_path, None
+        driver.source, True, 0, driver.model_hash, driver.config_overrides, corpus, "r", settings, tmp_path, None, {}
     )
     assert worker.failed is None
     assert (worker.lm.dtype, worker.lm.n_layers, worker.lm.n_heads) == ("bfloat16", 2, 4)
