@@ -76,8 +76,7 @@ class AtlasNote(UserWarning):
 
 def store_path(path: str | os.PathLike[str] | None = None) -> Path:
     """The store folder: ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store)."""
-    if path is not None and not os.fspath(path).strip():
-        raise AtlasError(f"{arg('store', repr(os.fspath(path)))}: empty; name the store folder, or leave it out")
+    checks.named("store", path, "empty; name the store folder, or leave it out")
     return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
 
 
@@ -375,7 +374,7 @@ class Atlas:
         from atlas.patterns import THRESHOLDS, classify
 
         if model is not None and labels is None:
-            why = "only the CNN of {} runs the model; the rule reads the stored maps".format(arg("labels"))
+            why = f"only the CNN of {arg('labels')} runs the model; the rule reads the stored maps"
             raise AtlasError(f"{arg('model')}: {why}")
         run_id = self.run_id(run)
         if labels is not None:
@@ -395,8 +394,7 @@ class Atlas:
         if not self.store.exists():
             raise AtlasError(f"{arg('store', repr(str(self.store.root)))}: no store here")
         self.close()
-        ids = list(dict.fromkeys(run_ids))
-        return dict(zip(ids, self.store.remove(*ids), strict=True))
+        return self.store.remove(*run_ids)
 
     # SQL and tables
 
@@ -481,8 +479,7 @@ class Atlas:
     def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
         """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table. The
         files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was."""
-        if not os.fspath(out).strip():
-            raise AtlasError(f"{arg('out', repr(os.fspath(out)))}: name the folder to write the tables into")
+        checks.named("out", out, "name the folder to write the tables into")
         out = Path(out)
         where, args = ("", [])
         if run is not None:
@@ -543,8 +540,7 @@ def answer_on_spark(
 
 def _not_empty(run: str | None) -> None:
     """Refuse a run id given empty (left out, the latest run is taken)."""
-    if run is not None and not run.strip():
-        raise AtlasError(f"{arg('run', repr(run))}: empty; name a run (see 'atlas runs'); left out, it is the latest")
+    checks.named("run", run, "empty; name a run (see 'atlas runs'); left out, it is the latest")
 
 
 def _chosen(name: str) -> Entry:

@@ -98,8 +98,7 @@ def finetune(
     if not 0 <= warmup < 1:
         raise AtlasError(f"{arg('warmup', warmup)}: expected a share of the steps, at least 0 and below 1")
     spec = task_spec(task)
-    if not os.fspath(out).strip():
-        raise AtlasError(f"{arg('out', repr(os.fspath(out)))}: name the checkpoint folder")
+    checks.named("out", out, "name the checkpoint folder")
     out = Path(out)
     check_out(out)
     train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)

@@ -448,10 +448,10 @@ class Store:
             return []
         return sorted(p.name for p in self.staging.iterdir() if not p.name.startswith("."))
 
-    def remove(self, *run_ids: str) -> list[str]:
+    def remove(self, *run_ids: str) -> dict[str, str]:
         """Remove runs (published: from data/; interrupted: their staging folders), each in one atomic step, once
         every one is found (an id given twice counts once); returns which each was ('run' or 'unfinished
-        ingest')."""
+        ingest'), by run id."""
         with self.writing():
             found: dict[str, tuple[Path, str]] = {}
             for run_id in run_ids:
@@ -467,7 +467,7 @@ class Store:
                 trash = self.root / f".trash-{uuid.uuid4().hex[:8]}"
                 path.rename(trash)  # invisible from here on
                 shutil.rmtree(trash)
-        return [what for _, what in found.values()]
+        return {run_id: what for run_id, (_, what) in found.items()}
 
     def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
         row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()

@@ -17,6 +17,7 @@ import transformers
 from safetensors import SafetensorError
 from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
+from atlas import checks
 from atlas.errors import AtlasError, arg
 from atlas.model.capture import CAPTURE, check_family, prepare
 from atlas.model.identity import (
@@ -70,8 +71,7 @@ def load_model(
     """
     if dtype not in DTYPES:
         raise AtlasError(f"{arg('dtype', repr(dtype))}: expected one of {', '.join(DTYPES)}")
-    if name is not None and not name.strip():
-        raise AtlasError(f"{arg('model', repr(name))}: empty; name a hub id or a folder, or leave it out")
+    checks.named("model", name, "empty; name a hub id or a folder, or leave it out")
     source = default_model_path() if name is None else name
     shown = name or DEFAULT_MODEL
     given = arg("model", repr(shown))
