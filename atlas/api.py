@@ -484,6 +484,15 @@ class Atlas:
         where, args = ("", [])
         if run is not None:
             where, args = "WHERE run_id = ?", [self.run_id(run, kind="any")]
+        given = arg("out", repr(str(out)))
+        if out.exists() and not out.is_dir():
+            raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
+        above = next((folder for folder in out.absolute().parents if folder.exists()), None)
+        if above is not None and not above.is_dir():
+            raise AtlasError(f"{given}: '{above}' is a file, not a folder")
+        for name in table_schemas():
+            if (out / f"{name}.parquet").is_dir():
+                raise AtlasError(f"{given}: '{out / name}.parquet' is a folder; the export would write a file there")
         made = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
         written: dict[str, int] = {}
@@ -771,14 +780,6 @@ def _check_ingest_options(
     if task is not None and fmt != "glue":
         glue = arg("format", repr("glue"))
         raise AtlasError(f"{arg('task')}: names the GLUE task of a {glue} file; add {glue} or leave {arg('task')} out")
-    if corpus.is_dir() and fmt != "framenet":
-        raise AtlasError(f"{arg('corpus', repr(str(corpus)))}: is a folder; name the corpus file")
-    if corpus.is_file() and fmt != "framenet":
-        with corpus.open("rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                raise AtlasError(
-                    f"{arg('corpus', repr(str(corpus)))}: is gzip-compressed; decompress it first (gunzip -k)"
-                )
     if fmt == "glue":
         from atlas.ingestion.glue_tsv import task_spec
 

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from atlas.errors import AtlasError
+
 
 @contextmanager
 def replacing(out: Path) -> Iterator[Path]:
@@ -25,3 +27,14 @@ def replacing(out: Path) -> Iterator[Path]:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def check_writable(out: Path, given: str) -> None:
+    """Refuse a file ``out`` that cannot be written, before any work, naming it as ``given`` (``--out 'x'``)."""
+    if out.is_dir():
+        raise AtlasError(f"{given}: is a folder; name a file")
+    folder = out.parent
+    if folder.exists() and not folder.is_dir():
+        raise AtlasError(f"{given}: '{folder}' is a file, not a folder")
+    if not folder.is_dir():
+        raise AtlasError(f"{given}: the folder '{folder}' does not exist")

@@ -29,7 +29,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from atlas.errors import AtlasError
-from atlas.files import replacing
+from atlas.files import check_writable, replacing
 
 FORMATS = ("table", "csv", "json", "parquet")
 SUFFIXES = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".txt": "table"}
@@ -370,10 +370,7 @@ def emit(
             getattr(res, fmt)(sink)
             sink.flush()
         return
-    if not out.parent.is_dir():
-        raise AtlasError(f"--out '{out}': the folder '{out.parent}' does not exist")
-    if out.is_dir():
-        raise AtlasError(f"--out '{out}': is a folder; name a file")
+    check_writable(out, f"--out '{out}'")
     with replacing(out) as tmp:
         if fmt == "parquet":
             n = res.parquet(tmp)

@@ -39,7 +39,7 @@ from matplotlib.image import AxesImage
 
 from atlas.catalogue import Entry
 from atlas.errors import AtlasError
-from atlas.files import replacing
+from atlas.files import check_writable, replacing
 
 PANELS_PER_ROW = 3
 VALUES_MAP = "viridis"
@@ -370,8 +370,7 @@ def check_out(out: Path) -> None:
     """Refuse a figure file atlas cannot write, before any work."""
     if out.suffix.lower() not in FIGURE_FORMATS:
         raise AtlasError(f"--out '{out}': a figure is written as {', '.join(FIGURE_FORMATS)}; name the file so")
-    if not out.parent.is_dir():
-        raise AtlasError(f"--out '{out}': the folder '{out.parent}' does not exist")
+    check_writable(out, f"--out '{out}'")
 
 
 def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -> None:

@@ -6,22 +6,28 @@
 --   Kovaleva et al.) or the head's output multiplied by 0 (method mask, Michel et al.). Metric: the
 --   task's headline metric (accuracy; F1 for MRPC/QQP; Pearson for STS-B) unless given. Run 'atlas ablate' first.
 -- parameters:
---   task: GLUE task (default: SST-2)
+--   task: GLUE task, empty for the task of the newest task model with such ablations (default: )
 --   method: uniform or mask (default: uniform)
 --   metric: metric name, empty for the task's first (default: )
 --   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
--- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task)
---   else: no ablations of task '{task}' in the store: run 'atlas ablate --task {task}' first
--- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
---   else: no head ablations of task '{task}' by method '{method}' in the store (the methods: uniform, mask)
--- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
+-- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'head'
+--   else: no head ablations by method '{method}' in the store (the methods: uniform, mask)
+-- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'head'
+--     AND upper(task) = upper(coalesce(nullif($task, ''), task))
+--   else: no head ablations of task '{task}' by method '{method}' in the store:
+--     run 'atlas ablate --task {task}' first
+-- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'head'
 --     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
---   else: model run '{model_run}' has no head ablations of task '{task}' by method '{method}'
--- needs: SELECT count(*) FROM ablations WHERE upper(task) = upper($task) AND method = $method AND kind = 'head'
+--   else: model run '{model_run}' has no head ablations by method '{method}'
+-- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'head'
+--     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' is not a model of task '{task}'
+-- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'head'
+--     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --     AND metric = coalesce(nullif($metric, ''), primary_metric)
---   else: the head ablations of task '{task}' have no metric '{metric}'
+--   else: the head ablations asked for have no metric '{metric}'
 -- plot: heatmap delta value
 -- labels:
 --   delta: metric change (head disabled)
@@ -30,7 +36,7 @@
 WITH chosen AS (
     SELECT s.run_id FROM ablations s
     LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
-    WHERE upper(s.task) = upper($task) AND s.method = $method AND s.kind = 'head'
+    WHERE upper(s.task) = upper(coalesce(nullif($task, ''), s.task)) AND s.method = $method AND s.kind = 'head'
       AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
     ORDER BY t.created_at DESC NULLS LAST, s.run_id
     LIMIT 1

@@ -7,16 +7,20 @@
 --   divided by the number of real tokens (last layer: by the number of examples); and that score divided
 --   by the l2 norm of its layer's scores (the normalisation used for pruning). Run 'atlas importance' first.
 -- parameters:
---   task: GLUE task (default: SST-2)
+--   task: GLUE task, empty for the task of the newest task model with importance scores (default: )
 --   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
 --   else: no head importance in the store: run 'atlas importance' first
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
---     AND upper(split_part(run_id, '__', 1)) = upper($task)
+--     AND upper(split_part(run_id, '__', 1)) = upper(coalesce(nullif($task, ''), split_part(run_id, '__', 1)))
 --   else: no head importance of task '{task}' in the store: run 'atlas importance --task {task}' first
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
---     AND upper(split_part(run_id, '__', 1)) = upper($task) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
---   else: model run '{model_run}' has no head importance of task '{task}'
+--     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' has no head importance
+-- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
+--     AND upper(split_part(run_id, '__', 1)) = upper(coalesce(nullif($task, ''), split_part(run_id, '__', 1)))
+--     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: model run '{model_run}' is not a model of task '{task}'
 -- plot: heatmap importance_normalised importance
 -- labels:
 --   importance_normalised: importance (normalised per layer)
@@ -24,7 +28,7 @@
 WITH chosen AS (
     SELECT s.run_id FROM head_scores s
     LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
-    WHERE s.analysis = 'head importance' AND upper(split_part(s.run_id, '__', 1)) = upper($task)
+    WHERE s.analysis = 'head importance' AND upper(split_part(s.run_id, '__', 1)) = upper(coalesce(nullif($task, ''), split_part(s.run_id, '__', 1)))
       AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
     ORDER BY t.created_at DESC NULLS LAST, s.run_id
     LIMIT 1

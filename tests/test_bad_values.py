@@ -356,3 +356,36 @@ def test_describe_writes_no_file():
     assert refused("query", "entropy", "--describe", "--out", "d.csv") == (
         "Error: --describe: prints the entry's text; leave out --out and --format"
     )
+
+
+def test_an_output_under_a_file_names_the_file(store, tmp_path):
+    """``--out`` whose folder is a file is said to be so, not a folder that does not exist."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("precious")
+    for args in (["sql", "SELECT 1"], ["plot", "entropy"], ["report"]):
+        out = a_file / f"x{'.png' if args[0] == 'plot' else '.html' if args[0] == 'report' else '.csv'}"
+        line = refused(*args, "--store", str(store), "--out", str(out))
+        assert line == f"Error: --out '{out}': '{a_file}' is a file, not a folder"
+    out = a_file / "x" / "tables"
+    assert (
+        refused("export", "--store", str(store), "--out", str(out))
+        == f"Error: --out '{out}': '{a_file}' is a file, not a folder"
+    )
+    assert (
+        refused("export", "--store", str(store), "--out", str(a_file))
+        == f"Error: --out: Directory '{a_file}' is a file."
+    )
+    assert a_file.read_text() == "precious"
+
+
+def test_an_export_onto_a_folder_named_like_a_table(store, tmp_path):
+    out = tmp_path / "tables"
+    (out / "runs.parquet").mkdir(parents=True)
+    line = refused("export", "--store", str(store), "--out", str(out))
+    assert line == f"Error: --out '{out}': '{out}/runs.parquet' is a folder; the export would write a file there"
+    assert sorted(p.name for p in out.iterdir()) == ["runs.parquet"]
+
+
+def test_grads_of_a_folder(tmp_path):
+    line = refused("grads", "--corpus", str(tmp_path))
+    assert line == f"Error: --corpus '{tmp_path}': is a folder; name the corpus file"

@@ -216,8 +216,8 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
     calls["frame heads"] = [{"run": framenet}, {"run": framenet, "pairs": "zip"}, {"run": framenet, "pairs": "first"}]
     calls["fine-tuning change"] = [{"base": runs["dense"], "tuned": runs["dense"]}, {"base": sparse, "tuned": sparse}]
     for name in ("head ablation", "layer ablation"):
-        calls[name] = [{"task": "RTE"}, {"task": "rte", "method": "mask"}]
-    calls["head importance"] = [{"task": "RTE"}]
+        calls[name] = [{"task": "RTE"}, {"task": "rte", "method": "mask"}, {"method": "mask"}]
+    calls["head importance"] = [{"task": "RTE"}, {}]
     calls["pruning curve"].append({"model_run": "nope"})
     return calls
 

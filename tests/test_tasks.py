@@ -382,6 +382,9 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
         ("ablation summary", {}, 1),
         ("head importance", {"task": "RTE"}, N_LAYERS * N_HEADS),
         ("pruning curve", {}, 13 + N_LAYERS),
+        # the task left out: the newest task model's with such results (RTE's here)
+        ("head ablation", {"method": "mask"}, N_LAYERS * N_HEADS),
+        ("head importance", {}, N_LAYERS * N_HEADS),
     ]:
         entry = resolve(name)
         assert len(run_entry(con, entry, entry.bind(params))) == rows, name
@@ -389,12 +392,14 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
     model_run = run_entry(con, resolve("head importance"), resolve("head importance").bind({"task": "RTE"}))
     other = str(model_run["model_run"][0]).replace("RTE", "MRPC")
     for name, params, message in [
-        ("head ablation", {"task": "SST-2"}, "no ablations of task 'SST-2' in the store"),
-        ("layer ablation", {"task": "RTE"}, "no layer ablations of task 'RTE' by method 'uniform' in the store"),
-        ("head ablation", {"task": "RTE", "method": "zero"}, "no head ablations of task 'RTE' by method 'zero'"),
-        ("head ablation", {"task": "rte", "method": "mask", "metric": "f1"}, "of task 'rte' have no metric 'f1'"),
+        ("head ablation", {"task": "SST-2", "method": "mask"}, "no head ablations of task 'SST-2' by method 'mask'"),
+        ("head ablation", {}, "no head ablations by method 'uniform' in the store"),
+        ("layer ablation", {"task": "RTE"}, "no layer ablations by method 'uniform' in the store"),
+        ("head ablation", {"task": "RTE", "method": "zero"}, "no head ablations by method 'zero'"),
+        ("head ablation", {"task": "rte", "method": "mask", "metric": "f1"}, "asked for have no metric 'f1'"),
         ("layer ablation", {"task": "RTE", "method": "mask", "model_run": other}, f"model run '{other}' has no"),
         ("head importance", {"task": "MRPC"}, "no head importance of task 'MRPC' in the store"),
+        ("head importance", {"model_run": other}, f"model run '{other}' has no head importance"),
     ]:
         entry = resolve(name)
         with pytest.raises(AtlasError, match=message):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from atlas.catalogue import Entry, entries
 from atlas.errors import AtlasError, arg
-from atlas.files import replacing
+from atlas.files import check_writable, replacing
 from atlas.plot import figure
 from atlas.report.explorer import chosen_examples, run_payload
 from atlas.report.page import Block, Section, esc, fields, page, png, table
@@ -45,10 +45,7 @@ def check_out(out: Path) -> None:
     given = arg("out", repr(str(out)))
     if out.suffix.lower() not in SUFFIXES:
         raise AtlasError(f"{given}: the report is an HTML file; name it .html")
-    if out.is_dir():
-        raise AtlasError(f"{given}: is a folder; name a file")
-    if not out.parent.is_dir():
-        raise AtlasError(f"{given}: the folder '{out.parent}' does not exist")
+    check_writable(out, given)
 
 
 def write_report(
