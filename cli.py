@@ -248,7 +248,7 @@ def ingest(
         random_init=random_init,
         seed=given("seed"),
         sample=sample,
-        sample_seed=sample_seed,
+        sample_seed=given("sample_seed"),
         length=length,
         count=count,
         kept_mass=given("kept_mass"),

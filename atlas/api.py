@@ -590,7 +590,7 @@ def ingest(
     random_init: bool = False,
     seed: int | None = None,
     sample: int | None = None,
-    sample_seed: int = 0,
+    sample_seed: int | None = None,
     length: int | None = None,
     count: int | None = None,
     kept_mass: float | None = None,
@@ -631,8 +631,10 @@ def ingest(
     from atlas.model.identity import config_overrides, override_text
 
     checks.seed("seed", seed)
-    checks.seed("sample_seed", sample_seed)
+    if sample_seed is not None:
+        checks.seed("sample_seed", sample_seed)
     corpus = _corpus_path(corpus, format, length, count, sample_seed)
+    sample_seed = sample_seed or 0
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
     overrides = config_overrides(config)
@@ -731,10 +733,15 @@ def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: f
 
 
 def _corpus_path(
-    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int
+    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int | None
 ) -> Path:
     """The corpus file; for ``format='repeated'``, which reads none, the name its settings give it."""
     repeated = arg("format", repr("repeated"))
+    if sample_seed is not None and fmt not in ("text", "repeated"):
+        raise AtlasError(
+            f"{arg('sample_seed')}: seeds the draw of {arg('format', repr('text'))} and {repeated}; "
+            f"a {fmt} corpus is read whole, in order: leave {arg('sample_seed')} out"
+        )
     if fmt != "repeated":
         for name, value in (("length", length), ("count", count)):
             if value is not None:
@@ -748,7 +755,7 @@ def _corpus_path(
         )
     from atlas.ingestion.repeated import COUNT, LENGTH, Repeated
 
-    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed)
+    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed or 0)
     settings.check()
     return Path(settings.name)
 

@@ -26,8 +26,9 @@ field above it)::
 - ``needs:`` what the store must hold before the entry answers, checked in the header's order: a count over
   the store (``SELECT ...``, continued on indented lines; the entry's parameters bound as ``$name``), 0 when
   the need is not met, and below it ``else:`` the one line atlas refuses the entry with (``{name}``: the
-  parameter's value); or the name of a need several entries share (``atlas.needs.SHARED``), its
-  ``else:`` text, if any, added to the shared message after ': '.
+  parameter's value; ``$name``: the parameter and its value, in the CLI's or the API's words); or the name of
+  a need several entries share (``atlas.needs.SHARED``), its ``else:`` text, if any, added to the shared
+  message after ': '.
 - ``notes:`` the same, but not fatal: the answer is given, with the message as a note.
 - ``keys:`` the columns naming a row, on which ``atlas query --compare`` aligns runs; left out: layer and
   head, those of them the answer has.
@@ -389,9 +390,14 @@ def refusal_line(entry: Entry, text: str, params: dict[str, object]) -> str:
     parameter and its value; or the engine's text after the entry's name."""
     if not text.startswith(REFUSAL):
         return f"'{entry.name}': {text}"
+    return named_parameters(text.removeprefix(REFUSAL), params)
+
+
+def named_parameters(text: str, params: dict[str, object]) -> str:
+    """``text`` with each ``$name`` of a parameter in ``params`` written as the parameter and its value."""
 
     def parameter(match: re.Match[str]) -> str:
         name = match.group(1)
         return arg(name, params[name], query=True) if name in params else match.group(0)
 
-    return re.sub(r"\$(\w+)", parameter, text.removeprefix(REFUSAL))
+    return re.sub(r"\$(\w+)", parameter, text)

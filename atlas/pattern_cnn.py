@@ -135,6 +135,11 @@ def train_and_classify(
     """Cross-validated macro F1 of the CNN on the labels, and the number of maps classed (``model``: see
     ``run_model``)."""
     labels = read_labels(labels_path)
+    classes = sorted(labels["pattern"].unique())
+    if len(classes) < 2:
+        given = arg("labels", repr(str(labels_path)))
+        said = f"every label is '{classes[0]}'" if classes else "no labels"
+        raise AtlasError(f"{given}: {said}; a classifier is learnt from two patterns or more")
     lm = run_model(store, run_id, model=model)
     inputs = stored_inputs(store, run_id)
     examples = {item.example_id for item in inputs}

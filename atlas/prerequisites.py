@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import duckdb
 
-from atlas.catalogue import Entry, resolve
+from atlas.catalogue import Entry, named_parameters, resolve
 from atlas.errors import AtlasError
 from atlas.needs import ROLES_STORED, SHARED, Need
 
@@ -42,7 +42,7 @@ def check_with(entry: Entry, params: dict[str, object], count: Callable[[Need], 
     for need in entry.needs:
         if (count(need) or 0) > 0:
             continue
-        message = need.message.format(**params)
+        message = named_parameters(need.message.format(**params), params)
         if need.fatal:
             raise AtlasError(message)
         notes.append(f"note: {message}")

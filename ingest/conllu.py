@@ -140,6 +140,8 @@ def _parse_word(path: Path, lineno: int, cols: list[str], expected_id: int) -> W
             raise AtlasError(f"{path}:{lineno}: HEAD '{cols[6]}' is not an integer") from None
         if head < 0:
             raise AtlasError(f"{path}:{lineno}: HEAD {head} is negative")
+        if head == expected_id:
+            raise AtlasError(f"{path}:{lineno}: HEAD {head} is the word itself")
     if not cols[1]:
         raise AtlasError(f"{path}:{lineno}: empty FORM")
     return Word(

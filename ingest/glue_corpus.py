@@ -73,10 +73,10 @@ def read_glue(path: Path, task: str) -> Iterator[Sentence]:
     labels = [f"{value:g}" for value in examples.labels.tolist()]
     index = 0
     for i, line in enumerate(examples.lines):
-        for part, column in zip("ab", docs, strict=False):
+        for part, name, column in zip("ab", (spec.text_a, spec.text_b), docs, strict=False):
             words = _words(column[i], line)
             if not words:
-                raise AtlasError(f"{path}:{line}: empty text in column {part}")
+                raise AtlasError(f"{path}:{line}: empty text in column '{name}'")
             doc, sent_id = column[i], f"{i}{part}"
             spans = word_spans(doc)
             yield Sentence(index, sent_id, f"{spec.name}-{i}", line, words, label=labels[i], text=doc.text, spans=spans)

@@ -120,8 +120,8 @@ def read_tsv(spec: TaskSpec, path: Path) -> Examples:
             continue
         cells = line.split("\t")
         where = f"{path}:{number}"
-        if len(cells) < len(header):
-            raise AtlasError(f"{where}: {len(cells)} columns, expected {len(header)}")
+        if len(cells) != len(header):  # more: a tab inside a text would shift the columns after it
+            raise AtlasError(f"{where}: {len(cells)} tab-separated columns, expected {len(header)} as in the header")
         text_a.append(cells[col[spec.text_a]])
         if spec.text_b:
             text_b.append(cells[col[spec.text_b]])

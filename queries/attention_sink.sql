@@ -25,6 +25,8 @@
 -- parameters:
 --   run: run id (default: the latest run)
 --   threshold: a head (an input's head) is a sink when its mean attention to the first token exceeds it (default: 0.3)
+-- needs: SELECT ($threshold BETWEEN 0 AND 1)::INTEGER
+--   else: $threshold: expected a share from 0 to 1
 -- plot: heatmap first sink_rate
 -- labels:
 --   first: attention to the first token

@@ -14,6 +14,8 @@
 --   tuned: run id of the changed model (required)
 --   max_examples: inputs to average over (default: 1000)
 --   seed: seed of the sample of inputs (default: 0)
+-- needs: SELECT ($max_examples >= 1)::INTEGER
+--   else: $max_examples: expected 1 or more
 -- plot: heatmap cosine
 -- labels:
 --   cosine: cosine similarity, base and tuned

@@ -13,6 +13,8 @@
 -- parameters:
 --   run: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)
+-- needs: SELECT ($threshold BETWEEN 0 AND 1)::INTEGER
+--   else: $threshold: expected a share from 0 to 1
 -- plot: heatmap prev next self
 -- labels:
 --   prev: previous token

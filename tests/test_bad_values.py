@@ -389,3 +389,35 @@ def test_an_export_onto_a_folder_named_like_a_table(store, tmp_path):
 def test_grads_of_a_folder(tmp_path):
     line = refused("grads", "--corpus", str(tmp_path))
     assert line == f"Error: --corpus '{tmp_path}': is a folder; name the corpus file"
+
+
+@pytest.mark.parametrize(
+    ("entry", "given", "words"),
+    [
+        ("attention sink", "threshold=1.5", "expected a share from 0 to 1"),
+        ("relative position", "threshold=-0.1", "expected a share from 0 to 1"),
+        ("fine-tuning change", "max_examples=0", "expected 1 or more"),
+    ],
+)
+def test_query_parameters_out_of_range(store, entry, given, words):
+    run = atlas.open(store).latest_run()
+    runs = ["--param", f"base={run}", "--param", f"tuned={run}"] if entry == "fine-tuning change" else []
+    line = refused("query", entry, "--store", str(store), "--param", given, *runs)
+    assert line == f"Error: --param {given}: {words}"
+
+
+def test_an_empty_glue_text_names_its_column(tmp_path):
+    header = (ROOT / "samples" / "glue" / "MRPC" / "dev.tsv").read_text().splitlines()[0]
+    path = tmp_path / "dev.tsv"
+    path.write_text(f"{header}\n1\t1\t2\tA sentence.\t \n")
+    line = refused(
+        "ingest", "--corpus", str(path), "--format", "glue", "--task", "MRPC", "--store", str(tmp_path / "s")
+    )
+    assert line == f"Error: {path}:2: empty text in column '#2 String'"
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_sample_seed_of_a_corpus_read_whole(corpus, tmp_path):
+    line = refused("ingest", "--corpus", str(corpus), "--sample-seed", "3", "--store", str(tmp_path / "s"))
+    assert line.startswith("Error: --sample-seed: seeds the draw of --format 'text' and --format 'repeated'; a conllu")
+    assert not (tmp_path / "s").exists()

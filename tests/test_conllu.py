@@ -73,6 +73,7 @@ def test_gum_sample_every_bracket_becomes_a_mention():
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\n", 3, "expected 10 tab-separated columns, found 9"),
         ("1\tI\tI\tPRON\tPRP\t_\tx\troot\t_\t_\n", 3, "HEAD 'x' is not an integer"),
         ("1\tI\tI\tPRON\tPRP\t_\t7\troot\t_\t_\n", 3, "HEAD 7 is out of range"),
+        ("1\tI\tI\tPRON\tPRP\t_\t1\troot\t_\t_\n", 3, "HEAD 1 is the word itself"),
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=(e1-person\n", 3, "'(e1' is never closed"),
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=e9)\n", 3, "closes 'e9', which is not open"),
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=((e1\n", 3, "malformed Entity value"),

@@ -17,14 +17,19 @@ from atlas.model.load import load_model
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
-    """'ORG/NAME' is a hub id (found in the Hugging Face cache, offline), not a missing local folder."""
+def _cached_hub_model(tmp_path: Path) -> Path:
+    """The embedded model as the Hugging Face cache holds hub id 'atlas-test/tiny'; returns the cache."""
     commit = "0" * 40
     repo = tmp_path / "hub" / "models--atlas-test--tiny"
     shutil.copytree(default_model_path(), repo / "snapshots" / commit)
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text(commit)
-    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    return tmp_path / "hub"
+
+
+def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
+    """'ORG/NAME' is a hub id (found in the Hugging Face cache, offline), not a missing local folder."""
+    env = {**os.environ, "HF_HUB_CACHE": str(_cached_hub_model(tmp_path)), "HF_HUB_OFFLINE": "1"}
     code = (
         "from atlas.model.load import load_model\n"
         "from atlas.model.identity import model_identity\n"
@@ -40,3 +45,28 @@ def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
 def test_a_missing_local_folder_is_named_as_such(name):
     with pytest.raises(AtlasError, match=f"^model='{name}': no such model directory$"):
         load_model(name)
+
+
+def test_a_hub_that_cannot_be_reached_is_not_waited_for(tmp_path):
+    """Without a network (here: a hub address that refuses connections) and without HF_HUB_OFFLINE, a cached
+    hub id loads from the cache and an uncached one is refused in one line, both without huggingface_hub's
+    retries (about 25 s a file)."""
+    proxies = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+    env = {k: v for k, v in os.environ.items() if k.lower() not in proxies and k != "HF_HUB_OFFLINE"}
+    env |= {"HF_HUB_CACHE": str(_cached_hub_model(tmp_path)), "HF_ENDPOINT": "http://127.0.0.1:9"}
+    code = (
+        "from atlas.model.load import load_model\n"
+        "from atlas.errors import AtlasError\n"
+        "print(load_model('atlas-test/tiny').n_layers)\n"
+        "try:\n"
+        "    load_model('atlas-test/none')\n"
+        "except AtlasError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "Retrying" not in done.stderr, done.stderr
+    layers, refused = done.stdout.strip().splitlines()
+    assert layers == "6"
+    assert refused.startswith("model='atlas-test/none': not a folder here, and not in the Hugging Face cache; the hub ")
+    assert refused.endswith("(127.0.0.1: Connection refused)")

@@ -161,6 +161,11 @@ def test_cnn_labels_file_errors(tmp_path):
     store.put("r", "runs", "run", {"run_id": "r", "model_source": "x", "model_hash": "y", "random_init": False}, 1)
     result = CliRunner().invoke(cli, ["patterns", "--store", str(store.root), "--run", "r", "--labels", str(bad)])
     assert result.exit_code == 1 and "missing columns head" in result.output, result.output
+    for rows, said in [("", "no labels"), ("0,1,1,Vertical\n0,1,2,Vertical\n", "every label is 'Vertical'")]:
+        bad.write_text("example_id,layer,head,pattern\n" + rows)
+        result = CliRunner().invoke(cli, ["patterns", "--store", str(store.root), "--run", "r", "--labels", str(bad)])
+        assert result.exit_code == 1, result.output
+        assert result.output == f"Error: --labels '{bad}': {said}; a classifier is learnt from two patterns or more\n"
 
 
 HEADER = "example_id,layer,head,pattern,note\n"

@@ -210,11 +210,12 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
         calls[name].append({"run": sparse})
     for name in ("cls attention by feature", "token to token", "head distances", "probe weights"):
         calls[name].append({"run": sparse})  # refused (sparse; not computed) or, probe weights, its train run
-    calls["attention sink"].append({"run": coref, "threshold": 0.5})
+    calls["attention sink"] += [{"run": coref, "threshold": 0.5}, {"threshold": 1.5}]  # the second refused
     calls[BEST] = [{"min_count": 3, "poss_rule": False}, {"direction": "sideways"}]  # the defaults: the CLI test
     calls["coreference heads"] = [{"run": coref}, {}]
     calls["frame heads"] = [{"run": framenet}, {"run": framenet, "pairs": "zip"}, {"run": framenet, "pairs": "first"}]
     calls["fine-tuning change"] = [{"base": runs["dense"], "tuned": runs["dense"]}, {"base": sparse, "tuned": sparse}]
+    calls["fine-tuning change"].append({"base": runs["dense"], "tuned": runs["dense"], "max_examples": 0})
     for name in ("head ablation", "layer ablation"):
         calls[name] = [{"task": "RTE"}, {"task": "rte", "method": "mask"}, {"method": "mask"}]
     calls["head importance"] = [{"task": "RTE"}, {}]

