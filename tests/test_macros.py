@@ -203,4 +203,4 @@ def test_a_macro_of_sql_with_non_ascii_text(store, tmp_path):
     with duckdb.connect(str(copy / "atlas.duckdb")) as con:
         con.execute(macro_sql(odd))
         got, want = con.execute(f"FROM {macro_name(odd)}()").pl(), con.execute("FROM entropy()").pl()
-    assert_frame_equal(got, want, check_exact=False, rtol=1e-12)  # DuckDB's parallel sums: last bits
+    assert_frame_equal(got, want, check_exact=False, rel_tol=1e-12)  # DuckDB's parallel sums: last bits

@@ -27,6 +27,13 @@ def _cached_hub_model(tmp_path: Path) -> Path:
     return tmp_path / "hub"
 
 
+def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``code`` run by a Python process of its own with ``env``, which exits 0."""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
     """'ORG/NAME' is a hub id (found in the Hugging Face cache, offline), not a missing local folder."""
     env = {**os.environ, "HF_HUB_CACHE": str(_cached_hub_model(tmp_path)), "HF_HUB_OFFLINE": "1"}
@@ -36,9 +43,7 @@ def test_an_org_slash_name_hub_id_loads_from_the_cache(tmp_path):
         "lm = load_model('atlas-test/tiny')\n"
         "print(lm.name, lm.n_layers, lm.model_hash == model_identity('atlas-test/tiny').model_hash)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["atlas-test/tiny", "6", "True"]
+    assert _python(code, env).stdout.split() == ["atlas-test/tiny", "6", "True"]
 
 
 @pytest.mark.parametrize("name", ["./no-such-model", "/no/such/model", "~/no-such-model", "no/such/model"])
@@ -63,8 +68,7 @@ def test_a_hub_that_cannot_be_reached_is_not_waited_for(tmp_path):
         "except AtlasError as exc:\n"
         "    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    done = _python(code, env)
     assert "Retrying" not in done.stderr, done.stderr
     layers, refused = done.stdout.strip().splitlines()
     assert layers == "6"
