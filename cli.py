@@ -18,6 +18,7 @@ from atlas.cli_options import (
     format_option,
     limit_option,
     out_option,
+    quiet_option,
     run_option,
     single_value,
     store_option,
@@ -203,7 +204,7 @@ def cli() -> None:
     help="The weights' dtype; auto: bfloat16 on CUDA, float32 on the CPU and MPS. The attention softmax and every "
     "statistic stay float32; the dtype is part of the run id (runs.dtype).",
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 @store_option
 def ingest(
     corpus: Path | None,
@@ -472,7 +473,7 @@ def plot_command(
     help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
     "are checked against the run's).",
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 @store_option
 def distances(
     run_id: str | None, examples: int, clusters: int, model: str | None, quiet: bool, store_path: str | None
@@ -522,7 +523,7 @@ def distances(
     help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
     "are checked against the run's).",
 )
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@quiet_option
 @store_option
 @format_option
 def probe(
@@ -657,12 +658,15 @@ def export(fmt: str, out: str, run_id: str | None, store_path: str | None) -> No
     callback=single_value,
     help="A second run shown side by side (e.g. a fine-tuned model over the same corpus).",
 )
+@quiet_option
 @store_option
-def report(out: Path, run_id: str | None, examples: int, compare_id: str | None, store_path: str | None) -> None:
+def report(
+    out: Path, run_id: str | None, examples: int, compare_id: str | None, quiet: bool, store_path: str | None
+) -> None:
     """Write one self-contained HTML page about a run: its metadata, every catalogue entry that has an answer
     for it (tables and figures), and an attention explorer over its first inputs. Nothing in it is loaded
     from the network: open it in any browser, offline, or mail it."""
-    written = api.open(store_path).report(out, run_id, examples, compare_id)
+    written = api.open(store_path).report(out, run_id, examples, compare_id, progress=not quiet)
     click.echo(
         f"wrote {written.path} ({written.size / 1e6:.1f} MB): {written.n_entries} catalogue entries, "
         f"{written.n_skipped} left out (reasons in the page), {written.n_examples} inputs in the explorer",

@@ -467,14 +467,20 @@ class Atlas:
         return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)
 
     def report(
-        self, out: str | os.PathLike[str], run: str | None = None, examples: int = 20, compare: str | None = None
+        self,
+        out: str | os.PathLike[str],
+        run: str | None = None,
+        examples: int = 20,
+        compare: str | None = None,
+        progress: bool = True,
     ) -> Report:
         """Write the self-contained HTML report of ``run`` (default: the latest run) to ``out``: the run's
         metadata, every catalogue entry with an answer for it (table and figure), and an attention explorer
-        over its first ``examples`` inputs; ``compare``: a second run shown side by side."""
+        over its first ``examples`` inputs; ``compare``: a second run shown side by side; ``progress``: a
+        progress bar over the entries."""
         from atlas.report import write_report
 
-        return write_report(self, out, run, examples, compare)
+        return write_report(self, out, run, examples, compare, progress)
 
     def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
         """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table. The

@@ -43,8 +43,10 @@ def report(stores, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("html") / "report.html"
     result = run_cli("report", "--store", str(store), "--run", run_id, "--examples", "5", "--out", str(out))
     assert result.exit_code == 0, result.output
+    bar, said = result.output.rsplit("\r", 1)  # a progress bar over the entries (on stderr), then one line
+    assert f"report: 100%|██████████| {len(atlas.queries())}/{len(atlas.queries())} " in bar, bar
     assert re.fullmatch(
-        r"wrote .*report\.html \(\d+\.\d MB\): \d+ catalogue entries, \d+ left out .*, 5 inputs .*\n", result.output
+        r" *wrote .*report\.html \(\d+\.\d MB\): \d+ catalogue entries, \d+ left out .*, 5 inputs .*\n", said
     ), result.output
     return out
 
@@ -136,10 +138,11 @@ def test_report_errors_are_one_line(stores, tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_no_explorer_when_no_input_is_asked_for(stores, tmp_path):
+def test_no_explorer_when_no_input_is_asked_for(stores, tmp_path, capsys):
     store, _, _ = stores
     with atlas.open(store) as st:
-        written = st.report(tmp_path / "r.html", examples=0)
+        written = st.report(tmp_path / "r.html", examples=0, progress=False)
+    assert capsys.readouterr().err == ""  # no progress bar
     html = written.path.read_text()
     assert written.n_examples == 0 and 'id="atlas-explorer-data"' not in html and 'id="special-tokens"' in html
     assert written.size == len(html.encode()) and written.n_entries + written.n_skipped == len(atlas.queries())

@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tqdm import tqdm
+
 from atlas.catalogue import Entry, entries
 from atlas.errors import AtlasError, arg
 from atlas.files import check_writable, replacing
@@ -49,10 +51,16 @@ def check_out(out: Path) -> None:
 
 
 def write_report(
-    st: Atlas, out: str | os.PathLike[str], run: str | None = None, examples: int = 20, compare: str | None = None
+    st: Atlas,
+    out: str | os.PathLike[str],
+    run: str | None = None,
+    examples: int = 20,
+    compare: str | None = None,
+    progress: bool = True,
 ) -> Report:
     """Write the report of ``run`` (default: the latest run) to ``out``: ``examples`` inputs in the explorer;
-    ``compare``: a second run shown beside it (e.g. a fine-tuned model over the same corpus)."""
+    ``compare``: a second run shown beside it (e.g. a fine-tuned model over the same corpus); ``progress``: a
+    progress bar over the catalogue's entries (on a large run each takes seconds)."""
     out = Path(out)
     check_out(out)
     if examples < 0:
@@ -65,7 +73,8 @@ def write_report(
     con = st.connection
     meta = [con.execute("SELECT * FROM runs WHERE run_id = ?", [r]).pl() for r in runs]
     ordered = sorted(entries(), key=lambda e: (e.paper, e.name))
-    sections = [_section(st, entry, run_id, compare_id) for entry in ordered]
+    bar = tqdm(ordered, desc="report", unit="entry", disable=not progress, leave=False)
+    sections = [_section(st, entry, run_id, compare_id) for entry in bar]
     ids = chosen_examples(con, run_id, examples)
     explorer = {"runs": [run_payload(con, r, ids) for r in runs]} if ids else None
     title = f"Attention Atlas report: {run_id}" + (f" beside {compare_id}" if compare_id else "")
