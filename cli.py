@@ -638,10 +638,11 @@ def _sql_text(statement: str | None, sql_file) -> str:
 @click.option("--format", "fmt", type=click.Choice(["parquet"]), default="parquet", show_default=True)
 @click.option("--out", required=True, type=click.Path(file_okay=False), help="Output folder.")
 @click.option("--run", "run_id", multiple=True, callback=single_value, help="Only this run (default: every run).")
+@quiet_option
 @store_option
-def export(fmt: str, out: str, run_id: str | None, store_path: str | None) -> None:
+def export(fmt: str, out: str, run_id: str | None, quiet: bool, store_path: str | None) -> None:
     """Write every table of the store as one Parquet file per table."""
-    for name, n_rows in api.open(store_path).export(out, run_id).items():
+    for name, n_rows in api.open(store_path).export(out, run_id, progress=not quiet).items():
         click.echo(f"{name}: {n_rows:,} rows", err=True)
 
 

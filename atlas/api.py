@@ -34,6 +34,7 @@ import duckdb
 import numpy as np
 import polars as pl
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
@@ -482,9 +483,10 @@ class Atlas:
 
         return write_report(self, out, run, examples, compare, progress)
 
-    def export(self, out: str | os.PathLike[str], run: str | None = None) -> dict[str, int]:
+    def export(self, out: str | os.PathLike[str], run: str | None = None, progress: bool = True) -> dict[str, int]:
         """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table. The
-        files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was."""
+        files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was.
+        ``progress``: a progress bar over the rows."""
         checks.named("out", out, "name the folder to write the tables into")
         out = Path(out)
         where, args = ("", [])
@@ -503,6 +505,8 @@ class Atlas:
         out.mkdir(parents=True, exist_ok=True)
         written: dict[str, int] = {}
         tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
+        rows = sum(self.connection.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
+        bar = tqdm(total=rows, desc="export", unit="row", unit_scale=True, disable=not progress, leave=False)
         try:
             for name, tmp in tmps.items():
                 reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
@@ -511,9 +515,11 @@ class Atlas:
                     for batch in reader:
                         writer.write_batch(batch)
                         written[name] += batch.num_rows
+                        bar.update(batch.num_rows)
             for name, tmp in tmps.items():
                 tmp.replace(out / f"{name}.parquet")
         finally:
+            bar.close()
             for tmp in tmps.values():
                 tmp.unlink(missing_ok=True)
             if made and not any(out.iterdir()):

@@ -250,11 +250,13 @@ def test_plot_is_the_figure_the_cli_saves(sample, st, tmp_path):
         st.plot("probe results")
 
 
-def test_export_writes_what_the_cli_writes(sample, st, tmp_path):
+def test_export_writes_what_the_cli_writes(sample, st, tmp_path, capsys):
     store, _, done = sample
-    written = st.export(tmp_path / "api", run=done.run_id)
+    written = st.export(tmp_path / "api", run=done.run_id, progress=False)
+    assert capsys.readouterr().err == ""  # no progress bar
     result = run_cli("export", "--out", str(tmp_path / "cli"), "--run", done.run_id, "--store", str(store))
     assert result.exit_code == 0, result.output
+    assert "\rexport:   0%|" in result.output  # a progress bar over the rows
     assert set(written) == set(table_schemas()) and written["attn_edges"] == done.n_edges
     for name, n_rows in written.items():
         assert f"{name}: {n_rows:,} rows" in result.output

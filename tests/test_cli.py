@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from atlas.cli import cli
-from atlas.store import Store, table_schemas
+from atlas.store import Store
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
 
@@ -164,11 +164,19 @@ def test_export_is_whole_or_nothing(store_dir, tmp_path, monkeypatch):
     assert result.output.strip() == "Error: --out '': name the folder to write the tables into"
     (tmp_path / "kept").mkdir()
     (tmp_path / "kept" / "runs.parquet").write_bytes(b"earlier")
-    failing = [*table_schemas(), "no_such_table"]  # the tables before it are written, then the export fails
-    monkeypatch.setattr("atlas.api.table_schemas", lambda: failing)
+    opened: list[Path] = []
+
+    class Failing(pq.ParquetWriter):  # two tables are written, then the export fails
+        def __init__(self, path: Path, *args: object, **kwargs: object) -> None:
+            opened.append(path)
+            if len(opened) % 3 == 0:
+                raise OSError(28, "No space left on device")
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr("atlas.api.pq.ParquetWriter", Failing)
     for out in (tmp_path / "new", tmp_path / "kept"):
         result = atlas("export", "--out", str(out), "--store", str(store_dir))
-        assert result.exit_code == 1 and "no_such_table" in result.output
+        assert result.exit_code == 1 and "No space left on device" in result.output, result.output
     assert not (tmp_path / "new").exists()
     assert [p.name for p in (tmp_path / "kept").iterdir()] == ["runs.parquet"]
     assert (tmp_path / "kept" / "runs.parquet").read_bytes() == b"earlier"
