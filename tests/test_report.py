@@ -44,7 +44,7 @@ def report(stores, tmp_path_factory) -> Path:
     result = run_cli("report", "--store", str(store), "--run", run_id, "--examples", "5", "--out", str(out))
     assert result.exit_code == 0, result.output
     bar, said = result.output.rsplit("\r", 1)  # a progress bar over the entries (on stderr), then one line
-    assert f"report: 100%|██████████| {len(atlas.queries())}/{len(atlas.queries())} " in bar, bar
+    assert f"report:   0%|          | 0/{len(atlas.queries())} [" in bar, bar
     assert re.fullmatch(
         r" *wrote .*report\.html \(\d+\.\d MB\): \d+ catalogue entries, \d+ left out .*, 5 inputs .*\n", said
     ), result.output
