@@ -501,11 +501,11 @@ class Atlas:
         for name in table_schemas():
             if (out / f"{name}.parquet").is_dir():
                 raise AtlasError(f"{given}: '{out / name}.parquet' is a folder; the export would write a file there")
+        tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
+        rows = sum(self.connection.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
         made = not out.exists()
         out.mkdir(parents=True, exist_ok=True)
         written: dict[str, int] = {}
-        tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
-        rows = sum(self.connection.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
         bar = tqdm(total=rows, desc="export", unit="row", unit_scale=True, disable=not progress, leave=False)
         try:
             for name, tmp in tmps.items():
