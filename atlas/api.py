@@ -40,6 +40,8 @@ from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError, arg
+from atlas.files import check_folders_above
+from atlas.ingestion.corpus_info import check_file
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.ingestion.run_id import number_text
@@ -495,9 +497,7 @@ class Atlas:
         given = arg("out", repr(str(out)))
         if out.exists() and not out.is_dir():
             raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
-        above = next((folder for folder in out.absolute().parents if folder.exists()), None)
-        if above is not None and not above.is_dir():
-            raise AtlasError(f"{given}: '{above}' is a file, not a folder")
+        check_folders_above(out, given)
         for name in table_schemas():
             if (out / f"{name}.parquet").is_dir():
                 raise AtlasError(f"{given}: '{out / name}.parquet' is a folder; the export would write a file there")
@@ -799,6 +799,8 @@ def _check_ingest_options(
     if task is not None and fmt != "glue":
         glue = arg("format", repr("glue"))
         raise AtlasError(f"{arg('task')}: names the GLUE task of a {glue} file; add {glue} or leave {arg('task')} out")
+    if fmt != "repeated":
+        check_file(corpus, fmt)
     if fmt == "glue":
         from atlas.ingestion.glue_tsv import task_spec
 

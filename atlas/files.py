@@ -33,8 +33,14 @@ def check_writable(out: Path, given: str) -> None:
     """Refuse a file ``out`` that cannot be written, before any work, naming it as ``given`` (``--out 'x'``)."""
     if out.is_dir():
         raise AtlasError(f"{given}: is a folder; name a file")
-    folder = out.parent
-    if folder.exists() and not folder.is_dir():
-        raise AtlasError(f"{given}: '{folder}' is a file, not a folder")
-    if not folder.is_dir():
-        raise AtlasError(f"{given}: the folder '{folder}' does not exist")
+    check_folders_above(out, given)
+    if not out.parent.is_dir():
+        raise AtlasError(f"{given}: the folder '{out.parent}' does not exist")
+
+
+def check_folders_above(path: Path, given: str) -> None:
+    """Refuse ``path`` where what exists nearest above it is a file, not a folder (said so, not as a folder
+    that does not exist)."""
+    above = next((folder for folder in path.absolute().parents if folder.exists()), None)
+    if above is not None and not above.is_dir():
+        raise AtlasError(f"{given}: '{above}' is a file, not a folder")

@@ -15,7 +15,7 @@ import transformers
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.align import AlignedSentence, align
 from atlas.ingestion.conllu import Sentence, read_conllu
-from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
+from atlas.ingestion.corpus_info import CorpusInfo, check_file, sha256_of
 from atlas.ingestion.framenet import read_framenet
 from atlas.ingestion.glue_corpus import read_glue
 from atlas.ingestion.glue_tsv import task_spec
@@ -81,15 +81,7 @@ def check_corpus(
         raise AtlasError(f"{arg('sample')}: only a {arg('format', repr('text'))} corpus is sampled")
     if fmt == "repeated":
         return Repeated.parse(path.name).info()
-    if path.exists() and not path.is_file() and not path.is_dir():  # <(zcat ...), a FIFO: it reads once
-        raise AtlasError(f"{path}: not a regular file (a pipe?); the corpus is read more than once: write it to a file")
-    given = arg("corpus", repr(str(path)))
-    if path.is_dir() and fmt != "framenet":
-        raise AtlasError(f"{given}: is a folder; name the corpus file")
-    if path.is_file() and fmt != "framenet":
-        with path.open("rb") as handle:
-            if handle.read(2) == b"\x1f\x8b":
-                raise AtlasError(f"{given}: is gzip-compressed; decompress it first (gunzip -k)")
+    check_file(path, fmt)
     if fmt == "text":  # its paragraphs are annotated once, at ingest, when they are cut to the model's pieces
         pairs = read_pairs(path, sample)  # fails on a malformed file or a sample larger than its pairs
         n = 2 * (len(pairs) if sample is None else sample)

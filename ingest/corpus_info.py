@@ -7,6 +7,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from atlas.errors import AtlasError, arg
+
 
 @dataclass(frozen=True)
 class CorpusInfo:
@@ -37,3 +39,17 @@ def sha256_of(path: Path) -> str:
             while block := handle.read(1 << 20):
                 digest.update(block)
     return digest.hexdigest()
+
+
+def check_file(path: Path, fmt: str) -> None:
+    """Refuse a corpus path that no reader of ``fmt`` reads (before the model is loaded): a pipe (the corpus is
+    read more than once), a folder (but FrameNet's), a gzip-compressed file."""
+    if path.exists() and not path.is_file() and not path.is_dir():  # <(zcat ...), a FIFO: it reads once
+        raise AtlasError(f"{path}: not a regular file (a pipe?); the corpus is read more than once: write it to a file")
+    given = arg("corpus", repr(str(path)))
+    if path.is_dir() and fmt != "framenet":
+        raise AtlasError(f"{given}: is a folder; name the corpus file")
+    if path.is_file() and fmt != "framenet":
+        with path.open("rb") as handle:
+            if handle.read(2) == b"\x1f\x8b":
+                raise AtlasError(f"{given}: is gzip-compressed; decompress it first (gunzip -k)")

@@ -9,7 +9,7 @@
 -- parameters:
 --   task: GLUE task, empty for the task of the newest task model with such ablations (default: )
 --   method: uniform or mask (default: uniform)
---   metric: metric name, empty for the task's first (default: )
+--   metric: metric name, empty for the task's first; the task left out, of a task model with it (default: )
 --   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
@@ -18,7 +18,7 @@
 -- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'layer'
 --     AND upper(task) = upper(coalesce(nullif($task, ''), task))
 --   else: no layer ablations of task '{task}' by method '{method}' in the store:
---     run 'atlas ablate --task {task}' first
+--     run 'atlas ablate --task {task} --method {method}' first
 -- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'layer'
 --     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --   else: model run '{model_run}' has no layer ablations by method '{method}'
@@ -39,6 +39,7 @@ WITH chosen AS (
     LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
     WHERE upper(s.task) = upper(coalesce(nullif($task, ''), s.task)) AND s.method = $method AND s.kind = 'layer'
       AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
+      AND s.metric = coalesce(nullif($metric, ''), s.primary_metric)
     ORDER BY t.created_at DESC NULLS LAST, s.run_id
     LIMIT 1
 )

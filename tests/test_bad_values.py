@@ -363,7 +363,7 @@ def test_an_output_under_a_file_names_the_file(store, tmp_path):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("precious")
     for args in (["sql", "SELECT 1"], ["plot", "entropy"], ["report"]):
-        out = a_file / f"x{'.png' if args[0] == 'plot' else '.html' if args[0] == 'report' else '.csv'}"
+        out = a_file / "deeper" / f"x{'.png' if args[0] == 'plot' else '.html' if args[0] == 'report' else '.csv'}"
         line = refused(*args, "--store", str(store), "--out", str(out))
         assert line == f"Error: --out '{out}': '{a_file}' is a file, not a folder"
     out = a_file / "x" / "tables"

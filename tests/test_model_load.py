@@ -67,10 +67,32 @@ def test_a_hub_that_cannot_be_reached_is_not_waited_for(tmp_path):
         "    load_model('atlas-test/none')\n"
         "except AtlasError as exc:\n"
         "    print(exc)\n"
+        "from huggingface_hub import constants\n"
+        "print(constants.HF_HUB_OFFLINE)\n"  # the process's hub settings are left as they were
     )
     done = _python(code, env)
     assert "Retrying" not in done.stderr, done.stderr
-    layers, refused = done.stdout.strip().splitlines()
-    assert layers == "6"
+    layers, refused, offline = done.stdout.strip().splitlines()
+    assert layers == "6" and offline == "False"
     assert refused.startswith("model='atlas-test/none': not a folder here, and not in the Hugging Face cache; the hub ")
     assert refused.endswith("(127.0.0.1: Connection refused)")
+
+
+def test_the_hub_is_tried_unless_offline_mode_or_a_proxy_is_set(monkeypatch):
+    from huggingface_hub import constants
+
+    from atlas.model import identity
+
+    for name in [k for k in os.environ if k.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(identity, "_FAILED", {})
+    monkeypatch.setenv("NO_PROXY", "localhost")  # names no proxy
+    assert identity.hub_unreachable() == "127.0.0.1: Connection refused"
+    assert identity.cache_only("atlas-test/tiny") and not identity.cache_only(default_model_path())
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert identity.hub_unreachable() is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert identity.hub_unreachable() is None

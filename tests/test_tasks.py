@@ -489,3 +489,46 @@ def test_grads_with_the_mlm_loss(tiny, tmp_path):
     df = run_entry(Store(tmp_path / "s").connect(), entry, entry.bind({}))
     assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"masked-LM loss, as Clark et al."}
     assert (df["mean_abs_grad"] > 0).all()
+
+
+def test_task_queries_without_a_task_answer_for_the_newest_task_model_with_such_results(tmp_path):
+    """Two task models (an older MRPC, a newer SST-2), each with head ablations and importance: left out, the task
+    is the newest model's that has what is asked for (a metric only MRPC reports picks MRPC)."""
+    from datetime import datetime
+
+    store = Store(tmp_path / "store")
+    store.create()
+    models = (("MRPC__a__1", "MRPC", ("f1", "accuracy"), 1), ("SST-2__b__2", "SST-2", ("accuracy",), 2))
+    for run_id, task, reported, day in models:
+        n = len(reported)
+        store.put(run_id, "task_models", "model", {
+            "run_id": run_id, "task": task, "metric": list(reported), "value": [50.0] * n,
+            "primary_metric": reported[0], "created_at": [datetime(2026, 1, day)] * n,
+        }, n)  # fmt: skip
+        rows = [(layer, head, metric) for layer in range(2) for head in range(2) for metric in reported]
+        store.put(run_id, "ablations", "heads", {
+            "run_id": run_id, "task": task, "method": "mask", "kind": "head", "layer": [r[0] for r in rows],
+            "head": [r[1] for r in rows], "metric": [r[2] for r in rows], "value": 40.0, "primary_metric": reported[0],
+            "baseline": 50.0, "delta": -10.0,
+        }, len(rows))  # fmt: skip
+        store.put(run_id, "head_scores", "importance", {
+            "run_id": run_id, "analysis": "head importance", "layer": [0, 0, 1, 1], "head": [0, 1, 0, 1],
+            "metric": "importance", "value": 1.0,
+        }, 4)  # fmt: skip
+    con = store.connect()
+
+    def answer(name: str, **params: str) -> set[str]:
+        entry = resolve(name)
+        bound = entry.bind({"method": "mask", **params} if "ablation" in name else params)
+        check_prerequisites(con, entry, bound)
+        return set(run_entry(con, entry, bound)["model_run"])
+
+    assert answer("head ablation") == {"SST-2__b__2"}  # the newest
+    assert answer("head ablation", metric="f1") == {"MRPC__a__1"}  # the newest with an f1
+    assert answer("head ablation", task="mrpc") == {"MRPC__a__1"}
+    assert answer("head importance") == {"SST-2__b__2"}
+    assert answer("head importance", task="MRPC") == {"MRPC__a__1"}
+    with pytest.raises(AtlasError, match="^the head ablations asked for have no metric 'pearson'$"):
+        answer("head ablation", metric="pearson")
+    with pytest.raises(AtlasError, match="^model run 'SST-2__b__2' is not a model of task 'MRPC'$"):
+        answer("head ablation", task="MRPC", model_run="SST-2__b__2")

