@@ -265,3 +265,10 @@ def test_export_writes_what_the_cli_writes(sample, st, tmp_path, capsys):
         )
     with pytest.raises(atlas.AtlasError, match="run='nope': no such run"):
         st.export(tmp_path / "x", run="nope")
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("precious")
+    with pytest.raises(atlas.AtlasError, match=f"^out='{a_file}': is a file; name a folder to write the tables into$"):
+        st.export(a_file)
+    with pytest.raises(atlas.AtlasError, match=f"^out='{a_file}/x': '{a_file}' is a file, not a folder$"):
+        st.export(a_file / "x")
+    assert a_file.read_text() == "precious"
