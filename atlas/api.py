@@ -645,8 +645,14 @@ def ingest(
     checks.seed("seed", seed)
     if sample_seed is not None:
         checks.seed("sample_seed", sample_seed)
-    corpus = _corpus_path(corpus, format, length, count, sample_seed)
+        if format not in ("text", "repeated"):
+            raise AtlasError(
+                f"{arg('sample_seed')}: seeds the draw of {arg('format', repr('text'))} and "
+                f"{arg('format', repr('repeated'))}; a {format} corpus is read whole, in order: leave "
+                f"{arg('sample_seed')} out"
+            )
     sample_seed = sample_seed or 0
+    corpus = _corpus_path(corpus, format, length, count, sample_seed)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
     overrides = config_overrides(config)
@@ -745,15 +751,10 @@ def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: f
 
 
 def _corpus_path(
-    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int | None
+    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int
 ) -> Path:
     """The corpus file; for ``format='repeated'``, which reads none, the name its settings give it."""
     repeated = arg("format", repr("repeated"))
-    if sample_seed is not None and fmt not in ("text", "repeated"):
-        raise AtlasError(
-            f"{arg('sample_seed')}: seeds the draw of {arg('format', repr('text'))} and {repeated}; "
-            f"a {fmt} corpus is read whole, in order: leave {arg('sample_seed')} out"
-        )
     if fmt != "repeated":
         for name, value in (("length", length), ("count", count)):
             if value is not None:
@@ -767,7 +768,7 @@ def _corpus_path(
         )
     from atlas.ingestion.repeated import COUNT, LENGTH, Repeated
 
-    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed or 0)
+    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed)
     settings.check()
     return Path(settings.name)
 

@@ -87,7 +87,7 @@ def test_the_hub_is_tried_unless_offline_mode_or_a_proxy_is_set(monkeypatch):
         monkeypatch.delenv(name)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr(identity, "_FAILED", {})
+    monkeypatch.setattr(identity, "_TRIED", {})
     monkeypatch.setenv("NO_PROXY", "localhost")  # names no proxy
     assert identity.hub_unreachable() == "127.0.0.1: Connection refused"
     assert identity.cache_only("atlas-test/tiny") and not identity.cache_only(default_model_path())

@@ -8,7 +8,6 @@ uses the same functions, so both give the same run id.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import math
@@ -65,36 +64,32 @@ def default_model_path() -> str:
 
 
 RECHECK_S = 60.0  # a failed connection to the hub is trusted this long before it is tried again
-_FAILED: dict[str, tuple[float, str]] = {}  # endpoint -> (when, why) of its last failed connection
-
-
-@functools.cache
-def _connect(host: str, port: int) -> None:
-    """Open and close a connection (once a process: a success is kept; a failure raises and is not)."""
-    socket.create_connection((host, port), timeout=5).close()
+_TRIED: dict[str, tuple[float, str | None]] = {}  # endpoint -> (when, why it failed or None) of the last try
 
 
 def hub_unreachable() -> str | None:
     """Why the Hugging Face hub cannot be reached from here (its host unknown, refusing a connection, or silent
     for 5 s), else None: then a hub id is read from the local cache alone (``local_files_only``), at once rather
     than after huggingface_hub's retries (about 25 s a file). Not tried where HF_HUB_OFFLINE is set (the cache
-    alone already) or a proxy is (it may reach the hub); a failure is tried again after ``RECHECK_S``."""
+    alone already) or a proxy is (it may reach the hub); a success is kept, a failure tried again after
+    ``RECHECK_S``."""
     from huggingface_hub import constants
 
     proxies = [scheme for scheme in urllib.request.getproxies() if scheme != "no"]  # NO_PROXY names no proxy
     if constants.HF_HUB_OFFLINE or proxies:
         return None
     endpoint = constants.ENDPOINT
-    failed = _FAILED.get(endpoint)
-    if failed is not None and time.monotonic() - failed[0] < RECHECK_S:
-        return failed[1]
+    tried = _TRIED.get(endpoint)
+    if tried is not None and (tried[1] is None or time.monotonic() - tried[0] < RECHECK_S):
+        return tried[1]
     url = urlsplit(endpoint)
+    why = None
     try:
-        _connect(url.hostname or "", url.port or (443 if url.scheme == "https" else 80))
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=5).close()
     except OSError as exc:
-        _FAILED[endpoint] = (time.monotonic(), f"{url.hostname}: {exc.strerror or exc}")
-        return _FAILED[endpoint][1]
-    return None
+        why = f"{url.hostname}: {exc.strerror or exc}"
+    _TRIED[endpoint] = (time.monotonic(), why)
+    return why
 
 
 def cache_only(source: str) -> bool:

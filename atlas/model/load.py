@@ -83,12 +83,12 @@ def load_model(
     if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
         source = str(Path(source).expanduser().resolve())
     unreachable = None if looks_local else hub_unreachable()
-    cache_only = unreachable is not None  # then read from the Hugging Face cache alone
+    local_only = unreachable is not None  # then read from the Hugging Face cache alone
     built = False  # the config is read: an error from here on is the model's, built with the overrides
     try:
         config = read_config(source, config_overrides, shown)
         check_family(config, given)
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=cache_only)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
         if config_overrides:
             _check_shape(config, len(tokenizer), config_overrides, shown)
         torch.manual_seed(seed)
@@ -106,7 +106,7 @@ def load_model(
                 dtype=DTYPES[dtype],
                 use_safetensors=True,
                 trust_remote_code=False,
-                local_files_only=cache_only,
+                local_files_only=local_only,
             )
             model_hash = weights_hash(source)
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as exc:
