@@ -321,11 +321,13 @@ def test_an_empty_name_is_not_the_default(store, corpus, args, line):
     assert refused(*args, "--store", str(store)) == line
 
 
-def test_an_empty_store_is_not_the_default(corpus):
+def test_an_empty_store_is_not_the_default(corpus, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # where the default store would be made (a checkout may hold the demo's)
+    monkeypatch.delenv("ATLAS_STORE", raising=False)
     assert refused("ingest", "--corpus", str(corpus), "--store", "") == (
         "Error: --store '': empty; name the store folder, or leave it out"
     )
-    assert not Path("atlas-store").exists()
+    assert not (tmp_path / "atlas-store").exists()
 
 
 def test_distances_counts_out_of_range(store):
