@@ -119,12 +119,14 @@ def ablate(
     layers: bool = True,
     reuse: bool = True,
     dev_limit: int | None = None,
+    progress: bool = True,
     store: str | os.PathLike[str] | None = None,
 ) -> pl.DataFrame:
     """Disable every head and every layer of ``model`` (a checkpoint of ``finetune``) in turn, by ``method``
     ('uniform' attention or 'mask'ed output), score the dev set, and store the scores; returns one row:
     the run, the baseline, the best score and what was disabled for it (layer and head 1-based).
-    ``reuse=False`` recomputes every layer for every ablation (for comparison)."""
+    ``reuse=False`` recomputes every layer for every ablation (for comparison); ``progress``: a progress bar
+    over the evaluations."""
     from atlas.ingestion.glue_tsv import task_spec
     from atlas.tasks.ablate import sweep
     from atlas.tasks.classifier import encode, load_task_model
@@ -135,7 +137,7 @@ def ablate(
     spec = task_spec(task)
     dev = _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
-    baseline, rows = sweep(tm, encode(tm, dev), method, heads=heads, layers=layers, reuse=reuse)
+    baseline, rows = sweep(tm, encode(tm, dev), method, heads=heads, layers=layers, reuse=reuse, progress=progress)
     run_id = write_ablations(Store(store_path(store)), tm, method, method, rows, baseline, len(dev))
     main = spec.metrics[0]
     best = max(rows, key=lambda r: r["metrics"][main])
@@ -152,11 +154,13 @@ def importance(
     train_limit: int | None = None,
     seed: int = 0,
     dev_limit: int | None = None,
+    progress: bool = True,
     store: str | os.PathLike[str] | None = None,
 ) -> Importance:
     """Michel et al.'s head importance of ``model`` (a checkpoint of ``finetune``) from the training set
     (``train_limit``: the first N examples after a shuffle seeded by ``seed``), then the pruning curve and
-    "all heads but one" on the dev set; the scores and results are stored together."""
+    "all heads but one" on the dev set; the scores and results are stored together. ``progress``: progress
+    bars over the training batches and the evaluations."""
     from atlas.ingestion.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.finetune import subset
@@ -168,8 +172,8 @@ def importance(
     spec = task_spec(task)
     train_set, dev = subset(load_split(spec, data, "train"), train_limit, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
-    raw, n_train = head_importance(tm, encode(tm, train_set))
-    baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw))
+    raw, n_train = head_importance(tm, encode(tm, train_set), progress)
+    baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw), progress)
     target = Store(store_path(store))
     with target.transaction():  # the importance scores and the pruning results appear together
         write_importance(target, tm, raw, normalise(raw), n_train)
@@ -187,11 +191,13 @@ def grads(
     data: str | None = None,
     limit: int = 500,
     seed: int = 0,
+    progress: bool = True,
     store: str | os.PathLike[str] | None = None,
 ) -> Gradients:
     """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer, stored: of the
     masked-LM loss over a CoNLL-U ``corpus`` (Clark et al.'s; ``seed`` seeds the masking), or of a fine-tuned
-    model's loss on its ``task``'s dev set in ``data``; ``limit`` sentences or examples."""
+    model's loss on its ``task``'s dev set in ``data``; ``limit`` sentences or examples; ``progress``: a
+    progress bar over the batches."""
     from atlas.tasks.grads import TARGETS, loss_label, mlm_gradients, task_gradients, write
 
     if (corpus is None) == (task is None) or (task is None) != (data is None):
@@ -201,9 +207,9 @@ def grads(
     checks.at_least("limit", limit, 1)
     checks.seed("seed", seed)
     if corpus is not None:
-        run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed)
+        run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed, progress)
     else:
-        run_id, loss, means, counts = task_gradients(model, task, data, limit)
+        run_id, loss, means, counts = task_gradients(model, task, data, limit, progress)
     write(Store(store_path(store)), run_id, loss, means, counts)
     rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
     return Gradients(run_id, loss, loss_label(loss), pl.DataFrame(rows))

@@ -87,6 +87,7 @@ def finetune(
 @click.option("--layers/--no-layers", default=True, show_default=True, help="Disable each whole layer.")
 @click.option("--no-reuse", is_flag=True, help="Recompute every layer for every ablation (for comparison).")
 @limit_option
+@quiet_option
 @store_option
 @format_option
 def ablate(
@@ -98,6 +99,7 @@ def ablate(
     layers: bool,
     no_reuse: bool,
     dev_limit: int | None,
+    quiet: bool,
     store_path: str | None,
     fmt: str,
 ) -> None:
@@ -111,6 +113,7 @@ def ablate(
         layers=layers,
         reuse=not no_reuse,
         dev_limit=dev_limit,
+        progress=not quiet,
         store=store_path,
     )
     emit(summary, fmt, None)
@@ -129,6 +132,7 @@ def ablate(
 )
 @click.option("--seed", default=0, show_default=True, help="Seed of the training examples' shuffle.")
 @limit_option
+@quiet_option
 @store_option
 @format_option
 def importance(
@@ -138,12 +142,20 @@ def importance(
     train_limit: int,
     seed: int,
     dev_limit: int | None,
+    quiet: bool,
     store_path: str | None,
     fmt: str,
 ) -> None:
     """Michel et al. head importance (training set), the pruning curve and "all heads but one" (dev set); stored."""
     done = api_tasks.importance(
-        model, task, data, train_limit=train_limit or None, seed=seed, dev_limit=dev_limit, store=store_path
+        model,
+        task,
+        data,
+        train_limit=train_limit or None,
+        seed=seed,
+        dev_limit=dev_limit,
+        progress=not quiet,
+        store=store_path,
     )
     emit(done.curve, fmt, None)
     click.echo(
@@ -167,6 +179,7 @@ def importance(
 @click.option("--data", default=None, help="The task's GLUE folder (with --task).")
 @click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True, help="Sentences/examples.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the MLM masking.")
+@quiet_option
 @store_option
 @format_option
 def grads(
@@ -176,11 +189,14 @@ def grads(
     data: str | None,
     limit: int,
     seed: int,
+    quiet: bool,
     store_path: str | None,
     fmt: str,
 ) -> None:
     """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer (stored)."""
-    done = api_tasks.grads(model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, store=store_path)
+    done = api_tasks.grads(
+        model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, progress=not quiet, store=store_path
+    )
     emit(done.frame, fmt, None)
     click.echo(f"run {done.run_id}: {done.described}; see 'atlas query \"gradient importance\"'", err=True)
 

@@ -412,6 +412,26 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
     assert again == pytest.approx(tm.info["dev_metrics"])
 
 
+@pytest.mark.parametrize(
+    "command, bars",
+    [
+        (["ablate", "--dev-limit", "8"], ["ablate RTE"]),
+        (["importance", "--train-limit", "8", "--dev-limit", "8"], ["importance RTE", "prune RTE"]),
+        (["grads", "--limit", "8"], ["grads"]),
+    ],
+)
+def test_task_commands_show_a_progress_bar_on_stderr_unless_quiet(tiny, tmp_path, command, bars):
+    runner = CliRunner()
+    common = ["--model", str(tiny), "--task", "RTE", "--data", str(GLUE / "RTE"), "--store", str(tmp_path / "s")]
+    shown = runner.invoke(cli, [*command, *common])
+    quiet = runner.invoke(cli, [*command, *common, "--quiet"])
+    assert shown.exit_code == 0 and quiet.exit_code == 0, shown.output + quiet.output
+    for bar in bars:
+        assert f"{bar}: 100%" in shown.stderr and bar not in shown.stdout
+    assert "100%" not in quiet.stderr
+    assert shown.stdout == quiet.stdout
+
+
 def test_task_errors_are_one_line(tiny, tmp_path):
     runner = CliRunner()
     for args, message in [

@@ -25,9 +25,16 @@ def disabling(method: str, n_layers: int, n_heads: int, layer: int, heads: list[
 
 
 def sweep(
-    tm: TaskModel, batches: list[Batch], method: str, heads: bool = True, layers: bool = True, reuse: bool = True
+    tm: TaskModel,
+    batches: list[Batch],
+    method: str,
+    heads: bool = True,
+    layers: bool = True,
+    reuse: bool = True,
+    progress: bool = False,
 ) -> tuple[dict[str, float], list[dict]]:
-    """Baseline metrics and one row per disabled head (kind 'head') and per disabled layer ('layer')."""
+    """Baseline metrics and one row per disabled head (kind 'head') and per disabled layer ('layer');
+    ``progress``: a bar over the evaluations."""
     if not heads and not layers:
         raise AtlasError(f"ablate: {arg('heads=False')} and {arg('layers=False')} leave nothing to disable")
     n_layers, n_heads = tm.lm.n_layers, tm.lm.n_heads
@@ -39,7 +46,7 @@ def sweep(
             plan.append({"kind": "layer", "layer": layer, "head": None, "heads": list(range(n_heads))})
     ablations = [(0, Intervention())]
     ablations += [(p["layer"], disabling(method, n_layers, n_heads, p["layer"], p["heads"])) for p in plan]
-    results = evaluate_many(tm, batches, ablations, reuse=reuse)
+    results = evaluate_many(tm, batches, ablations, reuse=reuse, progress=progress, desc=f"ablate {tm.spec.name}")
     rows = [
         {**{k: p[k] for k in ("kind", "layer", "head")}, "metrics": m} for p, m in zip(plan, results[1:], strict=True)
     ]

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification
 
 from atlas.errors import AtlasError, arg
@@ -110,14 +111,20 @@ def _reusing(layers: nn.ModuleList, outputs: list[object], first: int) -> Iterat
 
 
 def evaluate_many(
-    tm: TaskModel, batches: list[Batch], ablations: list[tuple[int, Intervention]], reuse: bool = True
+    tm: TaskModel,
+    batches: list[Batch],
+    ablations: list[tuple[int, Intervention]],
+    reuse: bool = True,
+    progress: bool = False,
+    desc: str = "evaluate",
 ) -> list[dict[str, float]]:
     """Metrics for each ``(first changed layer, intervention)``; with ``reuse`` the unchanged lower
     layers are run once per batch (their outputs recorded on the baseline pass), else every ablation
-    runs every layer."""
+    runs every layer. ``progress``: a bar (labelled ``desc``) over the batches times the ablations."""
     layers = encoder_layers(tm.lm.model, tm.lm.n_layers)
     preds: list[list[np.ndarray]] = [[] for _ in ablations]
-    with torch.inference_mode():
+    total = len(batches) * len(ablations)
+    with torch.inference_mode(), tqdm(total=total, desc=desc, unit="pass", disable=not progress) as bar:
         for batch in batches:
             outputs: list[object] = []
             if reuse:
@@ -132,5 +139,6 @@ def evaluate_many(
             for slot, (first, intervention) in enumerate(ablations):
                 with intervening(intervention), _reusing(layers, outputs, first if reuse else 0):
                     preds[slot].append(predictions(tm, tm.lm.model(**batch.inputs).logits))
+                bar.update()
     gold = labels(batches)
     return [metrics(tm.spec, np.concatenate(p), gold) for p in preds]

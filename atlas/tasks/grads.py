@@ -10,12 +10,12 @@ which the paper does not use. Clark et al.'s code for Figure 5 is not released.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import torch
 from safetensors import safe_open
+from tqdm import tqdm
 from transformers.utils import cached_file
 
 from atlas.errors import AtlasError, arg
@@ -53,27 +53,29 @@ def _accumulate(
 def attention_gradients(
     model: torch.nn.Module,
     n_layers: int,
-    batches: Iterable[tuple[dict[str, torch.Tensor], torch.Tensor]],
+    batches: list[tuple[dict[str, torch.Tensor], torch.Tensor]],
     loss_of,
     sep_id: int,
     punct_ids: list[int],
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(mean |grad| [layers, 3], weights counted [layers, 3])`` over ``(inputs, labels)`` batches;
-    ``loss_of(model, inputs, labels)`` gives the summed loss of a batch."""
+    ``loss_of(model, inputs, labels)`` gives the summed loss of a batch; ``progress``: a bar over the batches."""
     sums = np.zeros((n_layers, len(TARGETS)))
     counts = np.zeros((n_layers, len(TARGETS)), dtype=np.int64)
     model.eval()
-    for inputs, labels in batches:
-        with intervening(Intervention(keep=True)) as seen:
-            loss = loss_of(model, inputs, labels)
-        if len(seen.kept) != n_layers:
-            raise AtlasError(f"grads: attention captured for {len(seen.kept)} of {n_layers} layers")
-        loss.backward()
-        ids = inputs["input_ids"]
-        if labels.shape == ids.shape:  # MLM: a masked piece is classed by its original id
-            ids = torch.where(labels >= 0, labels, ids)
-        _accumulate(sums, counts, seen.kept, ids, inputs["attention_mask"], sep_id, punct_ids)
-        model.zero_grad(set_to_none=True)
+    with tqdm(batches, desc="grads", unit="batch", disable=not progress) as bar:
+        for inputs, labels in bar:
+            with intervening(Intervention(keep=True)) as seen:
+                loss = loss_of(model, inputs, labels)
+            if len(seen.kept) != n_layers:
+                raise AtlasError(f"grads: attention captured for {len(seen.kept)} of {n_layers} layers")
+            loss.backward()
+            ids = inputs["input_ids"]
+            if labels.shape == ids.shape:  # MLM: a masked piece is classed by its original id
+                ids = torch.where(labels >= 0, labels, ids)
+            _accumulate(sums, counts, seen.kept, ids, inputs["attention_mask"], sep_id, punct_ids)
+            model.zero_grad(set_to_none=True)
     return sums / np.maximum(counts, 1), counts
 
 
@@ -146,9 +148,12 @@ def _punct_ids(tokenizer) -> list[int]:
     return [i for i in ids if i is not None and i != tokenizer.unk_token_id]
 
 
-def mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int) -> tuple[str, str, np.ndarray, np.ndarray]:
+def mlm_gradients(
+    model: str | None, corpus: Path, limit: int, seed: int, progress: bool = False
+) -> tuple[str, str, np.ndarray, np.ndarray]:
     """Clark et al.'s gradients: the masked-LM loss over the first ``limit`` sentences of a CoNLL-U corpus;
-    returns the run id, the loss's name, and per layer and target the mean |gradient| and the weights counted."""
+    returns the run id, the loss's name, and per layer and target the mean |gradient| and the weights counted;
+    ``progress``: a bar over the batches."""
     from transformers import AutoModelForMaskedLM
 
     from atlas.ingestion.conllu import read_conllu
@@ -172,16 +177,16 @@ def mlm_gradients(model: str | None, corpus: Path, limit: int, seed: int) -> tup
         logits = m(**inputs).logits
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), reduction="sum")
 
-    batches = mlm_batches(lm.tokenizer, sentences, seed)
+    batches = list(mlm_batches(lm.tokenizer, sentences, seed))
     means, counts = attention_gradients(
-        lm.model, lm.n_layers, batches, loss_of, lm.tokenizer.sep_token_id, _punct_ids(lm.tokenizer)
+        lm.model, lm.n_layers, batches, loss_of, lm.tokenizer.sep_token_id, _punct_ids(lm.tokenizer), progress
     )
     digest = hashlib.sha256(f"{lm.model_hash}|{corpus.name}|{limit}|{seed}".encode()).hexdigest()[:10]
     return f"grads__{corpus.stem}__{Path(lm.source).name}__{digest}", "mlm", means, counts
 
 
 def task_gradients(
-    model: str | None, task: str, data: str, limit: int
+    model: str | None, task: str, data: str, limit: int, progress: bool = False
 ) -> tuple[str, str, np.ndarray, np.ndarray]:
     """A fine-tuned model's task loss over the first ``limit`` dev examples (not Clark et al.'s); as
     ``mlm_gradients``."""
@@ -199,6 +204,6 @@ def task_gradients(
 
     tokenizer = tm.lm.tokenizer
     means, counts = attention_gradients(
-        tm.lm.model, tm.lm.n_layers, batches, loss_of, tokenizer.sep_token_id, _punct_ids(tokenizer)
+        tm.lm.model, tm.lm.n_layers, batches, loss_of, tokenizer.sep_token_id, _punct_ids(tokenizer), progress
     )
     return task_run_id(tm), f"task:{spec.name}", means, counts

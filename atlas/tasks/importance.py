@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from atlas.model.intervene import Intervention, intervening
 from atlas.tasks.classifier import Batch, TaskModel, evaluate_many
@@ -31,21 +32,23 @@ def example_losses(tm: TaskModel, logits: torch.Tensor, labels: torch.Tensor) ->
     return nn.functional.cross_entropy(logits, labels, reduction="none")
 
 
-def head_importance(tm: TaskModel, batches: list[Batch]) -> tuple[np.ndarray, int]:
-    """Raw importance ``[layers, heads]`` (not normalised) and the number of examples it was computed on."""
+def head_importance(tm: TaskModel, batches: list[Batch], progress: bool = False) -> tuple[np.ndarray, int]:
+    """Raw importance ``[layers, heads]`` (not normalised) and the number of examples it was computed on;
+    ``progress``: a bar over the batches."""
     tm.lm.model.requires_grad_(False)  # only the gates need gradients
     n_layers, n_heads = tm.lm.n_layers, tm.lm.n_heads
     total = torch.zeros(n_layers, n_heads, dtype=torch.float64)
     tokens = n = 0
-    for batch in batches:
-        size, length = batch.inputs["input_ids"].shape
-        gates = torch.ones(size, n_layers, n_heads, length, requires_grad=True)
-        with intervening(Intervention(gates=gates)):
-            logits = tm.lm.model(**batch.inputs).logits
-        example_losses(tm, logits, batch.labels).mean().backward()  # the batch's mean loss, as in the code
-        total += gates.grad.abs().sum(dim=(0, 3)).double()
-        tokens += int(batch.inputs["attention_mask"].sum())
-        n += size
+    with tqdm(batches, desc=f"importance {tm.spec.name}", unit="batch", disable=not progress) as bar:
+        for batch in bar:
+            size, length = batch.inputs["input_ids"].shape
+            gates = torch.ones(size, n_layers, n_heads, length, requires_grad=True)
+            with intervening(Intervention(gates=gates)):
+                logits = tm.lm.model(**batch.inputs).logits
+            example_losses(tm, logits, batch.labels).mean().backward()  # the batch's mean loss, as in the code
+            total += gates.grad.abs().sum(dim=(0, 3)).double()
+            tokens += int(batch.inputs["attention_mask"].sum())
+            n += size
     total[:-1] /= tokens
     total[-1] /= n
     return total.numpy(), n
@@ -70,9 +73,10 @@ def _masked(n_layers: int, n_heads: int, heads: list[tuple[int, int]]) -> tuple[
 
 
 def pruning_and_single_heads(
-    tm: TaskModel, batches: list[Batch], normalised: np.ndarray
+    tm: TaskModel, batches: list[Batch], normalised: np.ndarray, progress: bool = False
 ) -> tuple[dict[str, float], list[dict]]:
-    """Baseline metrics; rows 'pruned' (each step of ``pruned_counts``) and 'all_but_one' (per layer and head)."""
+    """Baseline metrics; rows 'pruned' (each step of ``pruned_counts``) and 'all_but_one' (per layer and head);
+    ``progress``: a bar over the evaluations."""
     n_layers, n_heads = normalised.shape
     order = [divmod(int(i), n_heads) for i in np.argsort(normalised.reshape(-1), kind="stable")]
     k = n_layers * n_heads
@@ -84,7 +88,7 @@ def pruning_and_single_heads(
             others = [(layer, h) for h in range(n_heads) if h != keep]
             plan.append({"kind": "all_but_one", "layer": layer, "head": keep, "heads": others})
     ablations = [(0, Intervention())] + [_masked(n_layers, n_heads, p["heads"]) for p in plan]
-    results = evaluate_many(tm, batches, ablations)
+    results = evaluate_many(tm, batches, ablations, progress=progress, desc=f"prune {tm.spec.name}")
     rows = [
         {**{key: p.get(key) for key in ("kind", "layer", "head", "pruned_share")}, "metrics": m}
         for p, m in zip(plan, results[1:], strict=True)
