@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from atlas.output import FORMATS, TABLE_ROWS
+from atlas.output import FILE_TABLE_ROWS, FORMATS, TABLE_ROWS
 
 
 def _expected(kind: click.ParamType) -> str:
@@ -64,7 +64,8 @@ limit_option = click.option(
     "--limit",
     type=click.IntRange(min=1),
     default=None,
-    help=f"At most N rows (a table shows {TABLE_ROWS} unless given; csv, json and parquet write every row).",
+    help=f"At most N rows (unless given, a table shows {TABLE_ROWS} in the terminal and {FILE_TABLE_ROWS:,} in a file; "
+    "csv, json and parquet write every row).",
 )
 run_option = click.option(
     "--run", "run_id", multiple=True, callback=single_value, help="Run id (default: the latest run; see 'atlas runs')."

@@ -34,6 +34,7 @@ from atlas.files import check_writable, replacing
 FORMATS = ("table", "csv", "json", "parquet")
 SUFFIXES = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".txt": "table"}
 TABLE_ROWS = 40  # rows a terminal table shows unless --limit says otherwise
+FILE_TABLE_ROWS = 100_000  # rows a table written to a file holds unless --limit says otherwise (held to align them)
 BATCH_ROWS = 16_384
 _NESTED = {"list", "struct", "map", "array", "union"}
 _FLOATS = {"float", "double"}
@@ -84,6 +85,8 @@ def _text(column: str, kind: str) -> str:
 
 def _csv_cell(column: str, kind: str) -> str:
     text = _text(column, kind)
+    if kind in _FLOATS:  # one NaN, as the table prints it (DuckDB writes a negative NaN '-nan')
+        text = f"CASE WHEN isnan({column}) THEN 'nan' ELSE {text} END"
     return (
         f"CASE WHEN {column} IS NULL THEN '' WHEN regexp_matches({text}, '[\",\\r\\n]|^\\s|\\s$') "
         f"THEN '\"' || replace({text}, '\"', '\"\"') || '\"' ELSE {text} END"
@@ -140,9 +143,9 @@ class Result:
                 n += batch.num_rows
         return n
 
-    def table(self, limit: int, width: int) -> tuple[str, int]:
+    def table(self, limit: int, width: int, asked: bool = False) -> tuple[str, int]:
         """The first ``limit`` rows as a table at most ``width`` characters wide, what was left out, and the
-        number of rows shown."""
+        number of rows shown (``asked``: the limit is the user's, so the note does not suggest one)."""
         shown: list[list[str]] = []
         left_out = 0
         cells = ", ".join(
@@ -159,7 +162,8 @@ class Result:
         text = render_table(self.names, shown, numeric, width)
         if left_out:
             rows = "row" if left_out == 1 else "rows"
-            note = f"{left_out:,} more {rows} not shown (--limit N shows more; --format csv writes them all)"
+            more = "" if asked else "--limit N shows more; "
+            note = f"{left_out:,} more {rows} not shown ({more}--format csv writes them all)"
             text += "\n" + "\n".join(_wrap(note, max(width, _SMALLEST)))
         return text, len(shown)
 
@@ -365,7 +369,7 @@ def emit(
     if out is None:
         sink = sys.stdout
         if fmt == "table":
-            click.echo(res.table(limit or TABLE_ROWS, terminal_width())[0])
+            click.echo(res.table(limit or TABLE_ROWS, terminal_width(), asked=limit is not None)[0])
         else:
             getattr(res, fmt)(sink)
             sink.flush()
@@ -375,7 +379,7 @@ def emit(
         if fmt == "parquet":
             n = res.parquet(tmp)
         elif fmt == "table":
-            text, n = res.table(limit or TABLE_ROWS, 10**6)
+            text, n = res.table(limit or FILE_TABLE_ROWS, 10**6, asked=limit is not None)
             tmp.write_text(text + "\n")
         else:
             with tmp.open("w", encoding="utf-8", newline="") as sink:

@@ -54,6 +54,14 @@ def test_every_type_as_csv(result):
     assert first["huge"] == "170141183460469231731687303715884105727" and first["interval"] == "3 days 02:00:00"
     assert first["nothing"] == "" and first["text"] == 'a,"b\nc' and first["f32"] == "0.1"
     assert first["blob"] == "\\xAA\\x00" and first["uuid"].endswith("0001") and first["bool"] == "true"
+    assert first["nan"] == "nan" and first["inf"] == "inf"
+
+
+def test_a_negative_nan_is_written_as_every_nan_is():
+    """0/0 and -NaN: DuckDB's text is '-nan'; the CSV says 'nan', as the table does."""
+    sink = io.StringIO()
+    Result(duckdb.connect().sql("SELECT -('nan'::DOUBLE) AS x, -('nan'::FLOAT) AS y")).csv(sink)
+    assert sink.getvalue() == "x,y\nnan,nan\n"
 
 
 def test_every_type_as_json(result):
@@ -153,6 +161,25 @@ def test_table_says_how_many_rows_were_left_out(store_with_a_run):
         cli, ["sql", "SELECT * FROM range(1000)", "--store", str(store_with_a_run), "--limit", "5", "--format", "csv"]
     )
     assert result.stdout.split() == ["range", "0", "1", "2", "3", "4"]
+    result = CliRunner().invoke(
+        cli, ["sql", "SELECT * FROM range(1000)", "--store", str(store_with_a_run), "--limit", "5"]
+    )
+    assert result.exit_code == 0 and "995 more rows not shown (--format csv writes them all)" in result.output
+
+
+def test_a_table_written_to_a_file_holds_every_row(store_with_a_run, tmp_path):
+    """--out x.txt writes the table whole, not the terminal's first 40 rows; --limit still cuts it."""
+    out = tmp_path / "t.txt"
+    result = CliRunner().invoke(
+        cli, ["sql", "SELECT * FROM range(1000)", "--store", str(store_with_a_run), "--out", str(out)]
+    )
+    lines = out.read_text().splitlines()
+    assert result.exit_code == 0 and "wrote 1,000 rows" in result.output
+    assert len([line for line in lines if line.startswith("│")]) == 1001 and "not shown" not in out.read_text()
+    CliRunner().invoke(
+        cli, ["sql", "SELECT * FROM range(1000)", "--store", str(store_with_a_run), "--out", str(out), "--limit", "3"]
+    )
+    assert len([line for line in out.read_text().splitlines() if line.startswith("│")]) == 4
 
 
 RUN_P = "en_ewt-ud-dev__bert-base-uncased__a3f9c2b1d0"  # two runs of one corpus and model: only the hash differs
