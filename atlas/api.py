@@ -243,8 +243,7 @@ class Atlas:
         entry = _chosen(name)  # said at once, before anything refuses
         _not_empty(run)
         if runs is not None:
-            runs = [self.latest_run() if r is None else r for r in runs]
-            return self._compare(entry, run, runs, params)
+            return self._compare(entry, run, list(runs), params)
         values = {key: _parameter_text(value) for key, value in params.items()}
         takes = {p.name for p in entry.parameters}
         if run is not None and "run" not in takes:
@@ -262,15 +261,16 @@ class Atlas:
         title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
         return Answer(entry, run_entry(self.connection, entry, bound), title, tuple(notes))
 
-    def _compare(self, entry: Entry, run: str | None, runs: list[str], params: dict[str, object]) -> Answer:
+    def _compare(self, entry: Entry, run: str | None, given: list[str | None], params: dict[str, object]) -> Answer:
         if run is not None:
             raise AtlasError(f"{arg('run')}: name the runs to compare in {arg('runs', '[...]')} only")
         if "run" not in {p.name for p in entry.parameters}:
             raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
+        runs = [self.latest_run() if r is None else r for r in given]
         if len(runs) < 2 or len(set(runs)) < len(runs):
-            given = ", ".join(runs) or "none"
-            why = f"given: {given}; {arg('runs[0]')} left out is the latest run"
-            raise AtlasError(f"{arg('runs')}: name two or more different runs ({why})")
+            said = ", ".join(runs) or "none"
+            latest = f"; {arg('runs[0]')} left out is the latest run" if None in given else ""
+            raise AtlasError(f"{arg('runs')}: name two or more different runs (given: {said}{latest})")
         answers = {  # the first run is the CLI's --run, the others its --compare
             r: self.answer(entry.name, self.run_id(r, "runs" if i else "runs[0]"), **params) for i, r in enumerate(runs)
         }
@@ -456,15 +456,15 @@ class Atlas:
         con = self.connection
         n_layers, n_heads = con.execute("SELECT n_layers, n_heads FROM runs WHERE run_id = ?", [run_id]).fetchone()
         if not 1 <= layer <= n_layers:
-            raise AtlasError(f"layer {layer}: run {run_id} has layers 1 to {n_layers}")
+            raise AtlasError(f"{arg('layer', layer)}: run {run_id} has layers 1 to {n_layers}")
         if not 1 <= head <= n_heads:
-            raise AtlasError(f"head {head}: run {run_id} has heads 1 to {n_heads}")
+            raise AtlasError(f"{arg('head', head)}: run {run_id} has heads 1 to {n_heads}")
         maps = read_maps(con, run_id, [example])
         if example not in maps:
             sql = "SELECT skipped FROM examples WHERE run_id = ? AND example_id = ?"
             if con.execute(sql, [run_id, example]).fetchone() is None:
                 last = con.execute("SELECT max(example_id) FROM examples WHERE run_id = ?", [run_id]).fetchone()[0]
-                raise AtlasError(f"example {example}: run {run_id} has examples 0 to {last}")
+                raise AtlasError(f"{arg('example', example)}: run {run_id} has examples 0 to {last}")
             raise AtlasError(f"example {example} of run {run_id} was skipped (longer than the run's max length)")
         found = maps[example]
         return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)

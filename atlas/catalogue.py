@@ -116,13 +116,13 @@ class Entry:
         known = {p.name for p in self.parameters}
         for key in values:
             if key not in known:
-                takes = ", ".join(sorted(known)) or "no parameters"
-                raise AtlasError(f"--param {key}: '{self.name}' takes {takes}")
+                takes = ", ".join(sorted(known)) or "none"
+                raise AtlasError(f"{arg(key, query=True)}: '{self.name}' has no such parameter (it takes: {takes})")
         bound: dict[str, object] = {}
         for p in self.parameters:
             raw = values.get(p.name, p.default)
             if raw is None:
-                raise AtlasError(f"--param {p.name}: required by '{self.name}'")
+                raise AtlasError(f"{arg(p.name, query=True)}: required by '{self.name}'")
             bound[p.name] = _convert(p, raw)
         return bound
 
@@ -130,21 +130,22 @@ class Entry:
 def _convert(p: Parameter, raw: str) -> object:
     """A value as the parameter's default is written: a whole number, a number (finite), true or false, or text."""
     default = p.default or ""
+    given = arg(p.name, raw or "''", query=True)  # the parameter and its value, in the API's or the CLI's words
     if re.fullmatch(r"-?\d+", default):
         if not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
-            raise AtlasError(f"--param {p.name}={raw}: expected a whole number")
+            raise AtlasError(f"{given}: expected a whole number")
         return int(raw)
     if re.fullmatch(r"-?\d*\.\d+", default):
         try:
             value = float(raw)
         except ValueError:
-            raise AtlasError(f"--param {p.name}={raw}: expected a number") from None
+            raise AtlasError(f"{given}: expected a number") from None
         if not math.isfinite(value):
-            raise AtlasError(f"--param {p.name}={raw}: expected a finite number")
+            raise AtlasError(f"{given}: expected a finite number")
         return value
     if default in ("true", "false"):
         if raw.strip().lower() not in ("true", "false"):
-            raise AtlasError(f"--param {p.name}={raw}: expected true or false")
+            raise AtlasError(f"{given}: expected true or false")
         return raw.strip().lower() == "true"
     return raw
 
@@ -358,8 +359,9 @@ def choose(phrase: str) -> tuple[Entry, str | None]:
     else:
         described = [e for _, e in ranked if words and _fit(words, e.description)[1]]
         if len(described) != 1:
-            nearest = "; ".join(f"'{e.name}'" for _, e in ranked[:3])
-            raise AtlasError(f"no catalogue entry matches '{phrase}'; nearest: {nearest} (see 'atlas queries')")
+            near = [e.name for r, e in ranked[:3] if r.score > 0 or r.described > 0]  # words of theirs, at least
+            nearest = "; nearest: " + "; ".join(f"'{name}'" for name in near) if near else ""
+            raise AtlasError(f"no catalogue entry matches '{phrase}'{nearest} (see 'atlas queries')")
         chosen = described[0]
     return chosen, f"'{phrase}': taken as '{chosen.name}' (see 'atlas queries')"
 

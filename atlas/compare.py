@@ -14,7 +14,7 @@ import duckdb
 import polars as pl
 
 from atlas.catalogue import Entry
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 
 HEAD_KEYS = ("layer", "head")
 
@@ -39,8 +39,8 @@ def check_shapes(con: duckdb.DuckDBPyConnection, entry: Entry, keys: Sequence[st
     for run in runs[1:]:
         if shapes[run] != first:
             raise AtlasError(
-                f"--compare {run}: its model has {shapes[run][0]} layers x {shapes[run][1]} heads, the model of "
-                f"{runs[0]} {first[0]} x {first[1]}; '{entry.name}' aligns runs on layer and head only where the "
+                f"{arg('runs', repr(run))}: its model has {shapes[run][0]} layers x {shapes[run][1]} heads, the model "
+                f"of {runs[0]} {first[0]} x {first[1]}; '{entry.name}' aligns runs on layer and head only where the "
                 "shapes match"
             )
 

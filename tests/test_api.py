@@ -215,9 +215,9 @@ def test_attention_is_the_stored_edges(st):
     assert (weights[np.arange(len(pieces)), argmax["argmax_tok"].to_numpy()] > 0).all()  # every row keeps its argmax
     assert ((weights.sum(axis=1) >= 0.9 - 1e-6) | ((weights > 0).sum(axis=1) == MAX_EDGES)).all()  # mass or cap
     for kwargs, message in (
-        ({"example": 3, "layer": 0, "head": 5}, "layer 0: run .* has layers 1 to 6"),
-        ({"example": 3, "layer": 1, "head": 13}, "head 13: run .* has heads 1 to 12"),
-        ({"example": 99, "layer": 1, "head": 1}, "example 99: run .* has examples 0 to 11"),
+        ({"example": 3, "layer": 0, "head": 5}, "layer=0: run .* has layers 1 to 6"),
+        ({"example": 3, "layer": 1, "head": 13}, "head=13: run .* has heads 1 to 12"),
+        ({"example": 99, "layer": 1, "head": 1}, "example=99: run .* has examples 0 to 11"),
         ({"example": 1, "layer": 1, "head": 1, "run": "nope"}, "run='nope': no such run"),
     ):
         with pytest.raises(atlas.AtlasError, match=message):

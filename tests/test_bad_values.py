@@ -173,7 +173,7 @@ def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
     ("entry", "given", "words"),
     [
         ("best head per dependency relation", "min_count=1e3", "expected a whole number"),
-        ("best head per dependency relation", "min_count=", "expected a whole number"),
+        ("best head per dependency relation", "min_count=''", "expected a whole number"),
         ("best head per dependency relation", "poss_rule=maybe", "expected true or false"),
         ("relative position", "threshold=nan", "expected a finite number"),
         ("relative position", "threshold=-inf", "expected a finite number"),
@@ -183,8 +183,8 @@ def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
 def test_query_parameters_of_the_wrong_kind(entry, given, words):
     name, value = given.split("=")
     with pytest.raises(AtlasError) as raised:
-        resolve(entry).bind({name: value})
-    assert str(raised.value) == f"--param {given}: {words}"
+        resolve(entry).bind({name: value.strip("'")})
+    assert str(raised.value) == f"{given}: {words}" and raised.value.cli_text() == f"--param {given}: {words}"
 
 
 def test_query_parameters_as_their_defaults_are_written():

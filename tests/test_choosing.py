@@ -79,8 +79,10 @@ def test_a_phrase_fitting_several_entries_lists_them_and_chooses_none():
 
 
 def test_unknown_words_list_the_nearest_the_name_holding_the_words_first():
-    with pytest.raises(AtlasError, match=r"^no catalogue entry matches 'frobnicate the widgets'; nearest: '"):
-        choose("frobnicate the widgets")
+    with pytest.raises(AtlasError, match=r"^no catalogue entry matches 'frobnicate the widgets' \(see 'atlas \w+'\)$"):
+        choose("frobnicate the widgets")  # no entry holds any of the words: none is near, none is listed
+    with pytest.raises(AtlasError, match=r"^no catalogue entry matches 'attention frobnicate'; nearest: 'attention"):
+        choose("attention frobnicate")
     with pytest.raises(AtlasError, match=r"nearest: 'best head per dependency relation'; ") as raised:
         choose("best head accuracy")  # no label holds all three words; the name holds two, an alias too
     assert "\n" not in str(raised.value)

@@ -200,7 +200,7 @@ def test_query_resolution(store_dir):
         assert result.exit_code == 0, (phrase, result.output)
         assert "relation,n,best_head,direction" in result.output
     result = atlas("query", "frobnicate the widgets", "--store", str(store_dir))
-    assert result.exit_code == 1 and "no catalogue entry matches 'frobnicate the widgets'; nearest: '" in result.output
+    assert result.exit_code == 1 and "no catalogue entry matches 'frobnicate the widgets' (see" in result.output
 
 
 def test_query_parameters_are_bound_not_pasted(store_dir):

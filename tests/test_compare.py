@@ -101,7 +101,7 @@ def test_runs_of_another_shape_are_refused(runs):
         assert len(st.query("best head per dependency relation", runs=[real, other], min_count=3)) > 2
     result = CliRunner().invoke(cli, ["query", "entropy", "--run", real, "--compare", other, "--store", root])
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
-    assert f"--compare {other}: its model has 2 layers x 2 heads" in result.output
+    assert f"--compare '{other}': its model has 2 layers x 2 heads" in result.output
 
 
 def test_bad_comparisons_are_refused_in_one_line(runs):
@@ -186,7 +186,7 @@ def test_plots_of_runs_of_another_shape_are_refused(runs, tmp_path):
     args = ["plot", "entropy", "--run", real, "--compare", other, "--store", root, "--out", str(out)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
-    assert f"--compare {other}: its model has 2 layers x 2 heads" in result.output and not out.exists()
+    assert f"--compare '{other}': its model has 2 layers x 2 heads" in result.output and not out.exists()
 
 
 def test_cli_plot_compare_writes_the_api_figure_by_suffix(runs, tmp_path):

@@ -240,3 +240,46 @@ def test_a_store_names_itself_as_the_parameter(tmp_path):
     store = Store(tmp_path / "s")
     error = AtlasError(f"{store.named}: x")
     assert str(error) == f"store='{store.root}': x" and error.cli_text(FLAGS) == f"--store '{store.root}': x"
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "api_words", "cli_words"),
+    [
+        (
+            "entropy",
+            {"min_count": "3"},
+            "min_count: 'entropy' has no such parameter (it takes: run)",
+            "--param min_count: 'entropy' has no such parameter (it takes: run)",
+        ),
+        (
+            "best head per dependency relation",
+            {"min_count": "x"},
+            "min_count=x: expected a whole number",
+            "--param min_count=x: expected a whole number",
+        ),
+        ("attention sink", {"threshold": "nan"}, "threshold=nan: expected a finite number", None),
+        ("best head per dependency relation", {"poss_rule": "maybe"}, "poss_rule=maybe: expected true or false", None),
+        ("fine-tuning change", {}, "base: required by 'fine-tuning change'", "--param base: required by"),
+    ],
+)
+def test_catalogue_parameters(run, name, params, api_words, cli_words):
+    """An entry's parameter is a keyword in the API and --param NAME=VALUE on the command line."""
+    root, _ = run
+    with atlas.open(root) as st:
+        error = api_error(st.query, name, **params)
+    assert str(error).startswith(api_words) and "--" not in str(error)
+    args = [arg for key, value in params.items() for arg in ("--param", f"{key}={value}")]
+    line = cli_line("query", name, "--store", str(root), *args)
+    assert line.startswith(f"Error: {cli_words or '--param ' + api_words}"), line
+
+
+def test_runs_of_other_shapes_compared(run, tmp_path):
+    """The run that differs is named as the API's runs and as the command line's --compare."""
+    root, run_id = run
+    other = atlas.ingest(None, store=root, format="repeated", length=4, count=2, random_init=True, progress=False,
+                         config=["num_hidden_layers=2", "num_attention_heads=2"]).run_id  # fmt: skip
+    with atlas.open(root) as st:
+        error = api_error(st.query, "entropy", runs=[run_id, other])
+    assert str(error).startswith(f"runs='{other}': its model has 2 layers x 2 heads")
+    line = cli_line("query", "entropy", "--store", str(root), "--run", run_id, "--compare", other)
+    assert line.startswith(f"Error: --compare '{other}': its model has 2 layers x 2 heads")
