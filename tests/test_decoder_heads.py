@@ -201,6 +201,15 @@ def test_repeated_run_lays_each_sequence_out_in_the_template(runs):
     assert all(s == ["[CLS]", *[None] * 12, "[SEP]"] for s in per_input(st, run, "special"))
 
 
+def test_entries_of_annotations_a_repeated_run_lacks_refuse_it(runs):
+    """Its words have no dependency relations: Clark et al.'s Table 1 refuses the run, not rows of NaN."""
+    st, run, _ = runs["induction repeated"]
+    with pytest.raises(AtlasError, match=f"run {run} has no dependency relations: ingest a corpus that has them"):
+        st.query("best head per dependency relation", run=run)
+    st, run, _ = runs["induction text"]
+    assert len(st.query("best head per dependency relation", run=run, min_count=0)) > 2
+
+
 def test_a_repeated_run_is_found_again_without_loading_the_model(runs, monkeypatch):
     st, run, _ = runs["encoder repeated"]  # (a GPT-2's longest input is known only once it is loaded)
     monkeypatch.setattr("atlas.model.load.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
