@@ -250,6 +250,8 @@ def frames_for(path: Path) -> Frames:
     if not path.exists():
         raise AtlasError(f"{path}: no such file or folder")
     if path.is_dir():
+        if (path / "lu").is_dir() and not any(_is_lu(f.name) for f in path.glob("lu*.xml")):
+            raise AtlasError(f"{path}: a FrameNet release's folder; name its lu/ folder ({path / 'lu'})")
         return _folder_frames(path.parent / "frame", path)
     if path.name.endswith(ARCHIVES):
         return _archive_frames(path)

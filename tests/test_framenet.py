@@ -110,6 +110,8 @@ def test_frame_definitions_found_or_one_line_error(tmp_path):
     (tmp_path / "c" / "frame").mkdir()
     with pytest.raises(AtlasError, match=r"lu8776.xml: frame 'Emotion_directed' has no definition \(no .*\)"):
         list(read_framenet(alone))
+    with pytest.raises(AtlasError, match=r"c: a FrameNet release's folder; name its lu/ folder \(.*c/lu\)$"):
+        list(read_framenet(tmp_path / "c"))  # the release's own folder, which holds lu/ and frame/
 
 
 # The reference: the released procedure over the sample files, independent of ingest/framenet.py.
