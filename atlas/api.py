@@ -676,6 +676,7 @@ def ingest(
     if sample is not None and sample < 1:
         raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
     target = Store(store_path(store))
+    target.check_database()  # another program's database, before the model loads and anything is written
     known = ingested_run(
         target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings, overrides
     )

@@ -215,6 +215,22 @@ class Store:
                     f"{self.named}: its {DB_NAME} is not a DuckDB database; remove it, and atlas writes it "
                     "again over the runs in data/"
                 )
+            try:
+                con = duckdb.connect(str(self.db), read_only=True)
+            except duckdb.Error:
+                return  # held by a writer (atlas's own, between two runs' checks), or unreadable: connect says why
+            try:
+                self._check_meta(con)
+            finally:
+                con.close()
+
+    def _check_meta(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Refuse another program's DuckDB file: every store's has the table atlas_meta."""
+        if not con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'atlas_meta'").fetchone()[0]:
+            raise AtlasError(
+                f"{self.named}: its {DB_NAME} is another program's DuckDB database (no atlas_meta table); "
+                "name another folder as the store"
+            )
 
     def make_folders(self) -> None:
         """The store's folder and data folder, its path checked first (``create``'s first half)."""
@@ -384,6 +400,11 @@ class Store:
         if not self.exists():
             raise AtlasError(f"{self.named}: no store here (run 'atlas ingest' first)")
         con = self._open(read_only=True)
+        try:
+            self._check_meta(con)
+        except AtlasError:
+            con.close()
+            raise
         recorded = con.execute("SELECT value FROM atlas_meta WHERE key = 'view_state'").fetchone()
         if any(self.root.glob(".journal-*.json")) and os.access(self.root, os.W_OK):
             try:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 from click.testing import CliRunner
 
@@ -155,6 +156,21 @@ def test_a_store_whose_database_is_not_one(store, corpus, tmp_path):
     assert sorted(copy.rglob("*")) == before
     (copy / "atlas.duckdb").unlink()
     assert atlas.open(copy).runs()["run_id"].to_list() == atlas.open(store).runs()["run_id"].to_list()
+
+
+def test_a_folder_holding_another_programs_database(corpus, tmp_path):
+    """A DuckDB file of another program where the store's would be: the ingest is refused before it writes
+    anything (it wrote its runs there and said so, and no command could open the store after)."""
+    folder = tmp_path / "other"
+    folder.mkdir()
+    con = duckdb.connect(str(folder / "atlas.duckdb"))
+    con.execute("CREATE TABLE runs (x INTEGER)")
+    con.close()
+    words = f"Error: --store '{folder}': its atlas.duckdb is another program's DuckDB database (no atlas_meta table)"
+    assert refused("ingest", "--corpus", str(corpus), "--store", str(folder)).startswith(words)
+    assert sorted(p.name for p in folder.iterdir()) == ["atlas.duckdb"]
+    for args in (["runs"], ["query", "entropy"], ["sql", "SELECT 1"]):
+        assert refused(*args, "--store", str(folder)).startswith(words)
 
 
 def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
