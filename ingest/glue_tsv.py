@@ -7,6 +7,7 @@ A name that is not a folder is read as a hub data set through ``datasets`` (GLUE
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +32,7 @@ class TaskSpec:
         return 1 if self.labels is None else len(self.labels)
 
 
+SCORES = (0.0, 5.0)  # the similarity scores of STS-B, GLUE's one regression task
 TASKS = {
     spec.name: spec
     for spec in (
@@ -88,9 +90,13 @@ def _label(spec: TaskSpec, raw: str, where: str) -> float | int:
     raw = raw.strip()
     if spec.labels is None:
         try:
-            return float(raw)
+            score = float(raw)
         except ValueError:
             raise AtlasError(f"{where}: score '{raw}' is not a number") from None
+        low, high = SCORES
+        if not (math.isfinite(score) and low <= score <= high):
+            raise AtlasError(f"{where}: score '{raw}' is not from {low:g} to {high:g}")
+        return score
     value = _class_name(spec, raw)
     if value not in spec.labels:
         raise AtlasError(f"{where}: label '{raw}' is not one of {', '.join(spec.labels)}")

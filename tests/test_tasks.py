@@ -339,6 +339,25 @@ def test_glue_reader_errors_name_file_and_line(tmp_path, text, message):
         read_tsv(TASKS["SST-2"], path)
 
 
+@pytest.mark.parametrize(
+    ("score", "message"),
+    [
+        ("nan", "score 'nan' is not from 0 to 5"),
+        ("42", "score '42' is not from 0 to 5"),
+        ("-0.5", "score '-0.5' is not from 0 to 5"),
+        ("high", "score 'high' is not a number"),
+    ],
+)
+def test_sts_b_scores_lie_from_0_to_5(tmp_path, score, message):
+    """A NaN score gave NaN correlations that finetune stored and printed; 42 a correlation as if it were one."""
+    path = tmp_path / "dev.tsv"
+    path.write_text(f"sentence1\tsentence2\tscore\na\tb\t5.000\nc\td\t{score}\n")
+    with pytest.raises(AtlasError, match=f":3: {message}$"):
+        read_tsv(TASKS["STS-B"], path)
+    shared = GLUE / "STS-B" / "dev.tsv"
+    assert read_tsv(TASKS["STS-B"], shared).labels.min() >= 0 and read_tsv(TASKS["STS-B"], shared).labels.max() <= 5
+
+
 def test_metrics_equal_sklearn_and_scipy():
     rng = np.random.default_rng(0)
     gold, pred = rng.integers(0, 2, 200), rng.integers(0, 2, 200)
