@@ -2,7 +2,8 @@
 
 Streams sentence by sentence. The analyses work on the syntactic words: empty nodes (``8.1``) are skipped,
 and a multiword token (``3-4 don't``) gives its words (``do``, ``n't``), not a word of its own. Every malformed
-line raises ``AtlasError`` naming ``file:line``.
+line raises ``AtlasError`` naming ``file:line``: among them HEADs that make words head each other in a cycle,
+and a multiword token's range that is not the words after it.
 
 Each sentence also carries its text as written and each word's characters in it (``Sentence.text``,
 ``Sentence.spans``), what a model reads by default (``ingest.align``):
@@ -166,6 +167,7 @@ class _Range:
     last: int
     form: str
     misc: str | None
+    line: int
 
 
 def _space_after(misc: str | None) -> bool:
@@ -237,11 +239,34 @@ def written(words: list[Word], ranges: list[_Range], text: str | None) -> tuple[
     return text, spans, unmatched
 
 
-def _check_heads(path: Path, sentence: Sentence, lines: list[int]) -> None:
+def _check_heads(path: Path, sentence: Sentence, lines: list[int], ranges: list[_Range]) -> None:
+    """Every HEAD a word of the sentence, and no words heading each other in a cycle that never reaches the root
+    (a word without a HEAD ends a walk as the root does); every multiword token's words in the sentence."""
     n = len(sentence.words)
+    for r in ranges:
+        if r.last > n:
+            raise AtlasError(f"{path}:{r.line}: multiword-token range {r.first}-{r.last} is out of range "
+                             f"(sentence has {n} words)")  # fmt: skip
+    heads = [None, *(word.head for word in sentence.words)]  # by word id
     for word, lineno in zip(sentence.words, lines, strict=True):
         if word.head is not None and word.head > n:
             raise AtlasError(f"{path}:{lineno}: HEAD {word.head} is out of range (sentence has {n} words)")
+    done = [False] * (n + 1)
+    for start in range(1, n + 1):
+        walk: dict[int, None] = {}  # the words walked from start, in order
+        at: int | None = start
+        while at and not done[at] and at not in walk:
+            walk[at] = None
+            at = heads[at]
+        if at and at in walk:
+            walk_list = list(walk)
+            cycle = walk_list[walk_list.index(at) :]
+            raise AtlasError(
+                f"{path}:{lines[at - 1]}: HEAD {heads[at]}: words {', '.join(map(str, sorted(cycle)))} head each "
+                "other in a cycle that never reaches the root (HEAD 0)"
+            )
+        for visited in walk:
+            done[visited] = True
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -271,7 +296,7 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
         nonlocal sentence, sent_id, text, index
         done = sentence
         if done is not None:
-            _check_heads(path, done, word_lines)
+            _check_heads(path, done, word_lines, ranges)
             done.text, done.spans, done.text_unmatched = written(done.words, ranges, text)
             index += 1
         sentence, sent_id, text = None, None, None
@@ -281,6 +306,8 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
 
     for lineno, raw in _lines(path):
         line = raw.rstrip("\r\n")
+        if "\0" in line:
+            raise AtlasError(f"{path}:{lineno}: a NUL byte, expected text")
         if not line.strip():
             if (done := finish()) is not None:
                 yield done
@@ -305,7 +332,13 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
             match = _RANGE.fullmatch(cols[0])
             if match is None:
                 raise AtlasError(f"{path}:{lineno}: malformed multiword-token range '{cols[0]}'")
-            ranges.append(_Range(int(match[1]), int(match[2]), cols[1], _none(cols[9])))
+            first, last, expected = int(match[1]), int(match[2]), (len(sentence.words) if sentence else 0) + 1
+            if first != expected or last <= first:
+                raise AtlasError(
+                    f"{path}:{lineno}: multiword-token range '{cols[0]}' must span the words that follow it, "
+                    f"from {expected} to a later one"
+                )
+            ranges.append(_Range(first, last, cols[1], _none(cols[9]), lineno))
             continue
         if sentence is None:
             sentence = Sentence(index, sent_id or f"s{index + 1}", doc_id, lineno)

@@ -67,6 +67,9 @@ def test_gum_sample_every_bracket_becomes_a_mention():
     assert sum(len(s.mentions) for s in sentences) == opened > 100
 
 
+W1 = "1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n"
+
+
 @pytest.mark.parametrize(
     ("bad", "line", "message"),
     [
@@ -78,8 +81,17 @@ def test_gum_sample_every_bracket_becomes_a_mention():
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=e9)\n", 3, "closes 'e9', which is not open"),
         ("1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\tEntity=((e1\n", 3, "malformed Entity value"),
         ("2\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n", 3, "expected word id 1, found '2'"),
+        (W1 + "2\tsat\tsit\tVERB\tVBD\t_\t3\tx\t_\t_\n3\t.\t.\tPUNCT\t.\t_\t2\tpunct\t_\t_\n", 4,
+         "HEAD 3: words 2, 3 head each other in a cycle that never reaches the root (HEAD 0)"),
+        ("1\tI\tI\tPRON\tPRP\t_\t2\tnsubj\t_\t_\n2\tsat\tsit\tVERB\tVBD\t_\t3\tx\t_\t_\n"
+         "3\t.\t.\tPUNCT\t.\t_\t1\tpunct\t_\t_\n", 3, "HEAD 2: words 1, 2, 3 head each other in a cycle"),
+        ("1\tI\0\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n", 3, "a NUL byte, expected text"),
+        ("1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n" + W1, 3, "multiword-token range 1-2 is out of range (sentence has 1"),
+        (W1 + "3-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n", 4, "range '3-2' must span the words that follow it, from 2"),
+        (W1 + "2-9\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n2\tdo\tdo\tAUX\tVBP\t_\t1\taux\t_\t_\n", 4,
+         "multiword-token range 2-9 is out of range (sentence has 2 words)"),
     ],
-)
+)  # fmt: skip
 def test_malformed_lines_name_file_and_line(tmp_path, bad, line, message):
     path = write(tmp_path, "# sent_id = a\n# text = I\n" + bad + "\n")
     with pytest.raises(AtlasError) as err:
