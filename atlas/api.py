@@ -40,7 +40,7 @@ from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns
 from atlas.errors import AtlasError, arg
-from atlas.files import check_folders_above
+from atlas.files import check_folders_above, writing_to
 from atlas.ingestion.corpus_info import check_file
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
@@ -504,25 +504,27 @@ class Atlas:
         tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
         rows = sum(self.connection.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
         made = not out.exists()
-        out.mkdir(parents=True, exist_ok=True)
+        with writing_to(given):
+            out.mkdir(parents=True, exist_ok=True)
         written: dict[str, int] = {}
         bar = tqdm(total=rows, desc="export", unit="row", unit_scale=True, disable=not progress, leave=False)
         try:
-            for name, tmp in tmps.items():
-                reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
-                with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
-                    written[name] = 0
-                    for batch in reader:
-                        writer.write_batch(batch)
-                        written[name] += batch.num_rows
-                        bar.update(batch.num_rows)
-            for name, tmp in tmps.items():
-                tmp.replace(out / f"{name}.parquet")
+            with writing_to(given):
+                for name, tmp in tmps.items():
+                    reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
+                    with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
+                        written[name] = 0
+                        for batch in reader:
+                            writer.write_batch(batch)
+                            written[name] += batch.num_rows
+                            bar.update(batch.num_rows)
+                for name, tmp in tmps.items():
+                    tmp.replace(out / f"{name}.parquet")
         finally:
             bar.close()
             for tmp in tmps.values():
                 tmp.unlink(missing_ok=True)
-            if made and not any(out.iterdir()):
+            if made and out.is_dir() and not any(out.iterdir()):
                 out.rmdir()
         return written
 

@@ -12,21 +12,34 @@ from atlas.errors import AtlasError
 
 
 @contextmanager
-def replacing(out: Path) -> Iterator[Path]:
+def writing_to(given: str) -> Iterator[None]:
+    """An operating system's refusal to write the user's file or folder (permissions, a full disk, a read-only
+    file system), said in one line naming it as ``given`` (``--out 'x'``)."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise AtlasError(f"{given}: cannot write it ({why})") from None
+
+
+@contextmanager
+def replacing(out: Path, given: str) -> Iterator[Path]:
     """The path to write ``out``'s new content to: a temporary file beside it, renamed to ``out`` when the block
     ends without an error (and removed when it does not), so that ``out`` is whole or as it was. Through a
     symbolic link the file it names is replaced and the link stays; a device or a pipe (``/dev/stdout``, a FIFO)
-    is written in place, as a rename would put a file where it was."""
+    is written in place, as a rename would put a file where it was. An error of the operating system's while
+    writing is said naming ``out`` as ``given`` (``writing_to``)."""
     target = out.resolve() if out.is_symlink() else out
-    if target.exists() and not target.is_file():
-        yield target
-        return
-    tmp = target.with_name(f".{target.stem}.tmp{target.suffix}")
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing_to(given):
+        if target.exists() and not target.is_file():
+            yield target
+            return
+        tmp = target.with_name(f".{target.stem}.tmp{target.suffix}")
+        try:
+            yield tmp
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def check_writable(out: Path, given: str) -> None:

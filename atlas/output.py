@@ -375,7 +375,7 @@ def emit(
             sink.flush()
         return
     check_writable(out, f"--out '{out}'")
-    with replacing(out) as tmp:
+    with replacing(out, f"--out '{out}'") as tmp:
         if fmt == "parquet":
             n = res.parquet(tmp)
         elif fmt == "table":

@@ -38,7 +38,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from atlas.catalogue import Entry
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, arg
 from atlas.files import check_writable, replacing
 
 PANELS_PER_ROW = 3
@@ -100,7 +100,9 @@ def _layer_points(
     for i, layer in enumerate(layers):
         x = layer + rng.uniform(-spread, spread, grid.shape[1])
         ax.scatter(x, grid[i], s=12, alpha=0.6, color=colour)
-    ax.plot(layers, np.nanmean(grid, axis=1), color=mean_colour, label=label)
+    known = (~np.isnan(grid)).sum(axis=1)  # a layer without a value (every head's NaN) has no mean, and no warning
+    means = np.where(known > 0, np.nansum(grid, axis=1) / np.maximum(known, 1), np.nan)
+    ax.plot(layers, means, color=mean_colour, label=label)
 
 
 def _layers(
@@ -369,8 +371,13 @@ FIGURE_FORMATS = (".png", ".pdf", ".svg")
 def check_out(out: Path) -> None:
     """Refuse a figure file atlas cannot write, before any work."""
     if out.suffix.lower() not in FIGURE_FORMATS:
-        raise AtlasError(f"--out '{out}': a figure is written as {', '.join(FIGURE_FORMATS)}; name the file so")
-    check_writable(out, f"--out '{out}'")
+        raise AtlasError(f"{_given(out)}: a figure is written as {', '.join(FIGURE_FORMATS)}; name the file so")
+    check_writable(out, _given(out))
+
+
+def _given(out: Path) -> str:
+    """The figure's file as the user named it: the API's ``figure``, the command line's ``--out``."""
+    return arg("figure", repr(str(out)))
 
 
 def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -> None:
@@ -438,5 +445,5 @@ def _title(fig: Figure, text: str) -> None:
 
 def save(fig: Figure, out: Path, dpi: int = 150) -> None:
     """Write a figure atomically, in the format the file's suffix names."""
-    with replacing(out) as tmp:
+    with replacing(out, _given(out)) as tmp:
         fig.savefig(tmp, dpi=dpi, format=out.suffix.lower()[1:])

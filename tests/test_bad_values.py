@@ -439,3 +439,21 @@ def test_a_sample_seed_of_a_corpus_read_whole(corpus, tmp_path):
     line = refused("ingest", "--corpus", str(corpus), "--sample-seed", "3", "--store", str(tmp_path / "s"))
     assert line.startswith("Error: --sample-seed: seeds the draw of --format 'text' and --format 'repeated'; a conllu")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists() or not Path("/proc/self").is_dir(), reason="Linux's /dev/full")
+def test_a_file_the_system_will_not_write_is_named(store, tmp_path):
+    """A full disk (/dev/full) or a folder that takes no files (/proc/self): one line naming --out and the
+    system's reason, not the errno and the hidden temporary file's name."""
+    st = ["--store", str(store)]
+    result = CliRunner().invoke(cli, ["query", "entropy", *st, "--out", "/dev/full", "--format", "csv"])
+    assert result.exit_code == 1 and "Traceback" not in result.output  # the answer's title, then the error
+    assert result.output.splitlines()[-1] == "Error: --out '/dev/full': cannot write it (No space left on device)"
+    line = refused("plot", "entropy", *st, "--out", "/proc/self/p.png")
+    assert line == "Error: --out '/proc/self/p.png': cannot write it (No such file or directory)"
+    line = refused("report", *st, "--out", "/proc/self/r.html", "--examples", "0", "--quiet")
+    assert line == "Error: --out '/proc/self/r.html': cannot write it (No such file or directory)"
+    line = refused("export", *st, "--out", "/proc/self/x")
+    assert line == "Error: --out '/proc/self/x': cannot write it (No such file or directory)"
+    with pytest.raises(AtlasError, match=r"^figure='/proc/self/p.png': cannot write it \(No such file or directory\)$"):
+        atlas.open(store).answer("entropy", figure="/proc/self/p.png")

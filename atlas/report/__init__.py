@@ -81,7 +81,7 @@ def write_report(
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     subtitle = f"store {st.store.root.resolve()}; written {written} by atlas {__version__}"
     text = page(title, subtitle, fields(meta), explorer, sections)
-    with replacing(out) as tmp:
+    with replacing(out, arg("out", repr(str(out)))) as tmp:
         tmp.write_text(text, encoding="utf-8")
     shown = sum(s.shown for s in sections)
     return Report(out, out.stat().st_size, shown, len(sections) - shown, len(ids))
