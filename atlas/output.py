@@ -5,7 +5,7 @@ every value into text (lists, structs and maps as JSON text; BLOB, INTERVAL, HUG
 writes them), so every type comes out in every format:
 
 - table: the first ``limit`` rows in the terminal's width, nulls blank, and a line saying how many rows
-  were left out. Nothing the reader needs is cut: long text wraps inside its column, a long column name is
+  were left out (counted up to a million: a result may be endless). Nothing the reader needs is cut: long text wraps inside its column, a long column name is
   cut in its middle (the names stay distinct and are given in full below the table), and where the columns
   do not fit even so, each row is printed as a record, one ``column: value`` line each;
 - csv: a header and one line per row (quoted only where needed, nulls empty);
@@ -36,6 +36,7 @@ SUFFIXES = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".txt": "tabl
 TABLE_ROWS = 40  # rows a terminal table shows unless --limit says otherwise
 FILE_TABLE_ROWS = 100_000  # rows a table written to a file holds unless --limit says otherwise (held to align them)
 BATCH_ROWS = 16_384
+COUNTED_ROWS = 1_000_000  # rows a table counts beyond those it shows, to say how many it left out
 _NESTED = {"list", "struct", "map", "array", "union"}
 _FLOATS = {"float", "double"}
 _AS_TEXT_IN_PARQUET = {"interval", "union"}
@@ -158,12 +159,15 @@ class Result:
                 columns = [batch.column(i).slice(0, take).to_pylist() for i in range(batch.num_columns)]
                 shown.extend([_cell(v) for v in row] for row in zip(*columns, strict=True))
             left_out += batch.num_rows - take
+            if left_out > COUNTED_ROWS:  # not read to its end to count it: the result may be endless
+                break
         numeric = [k in _NUMBERS or k in {"hugeint", "uhugeint", "decimal"} for k in self.kinds]
         text = render_table(self.names, shown, numeric, width)
         if left_out:
             rows = "row" if left_out == 1 else "rows"
+            many = f"over {COUNTED_ROWS:,}" if left_out > COUNTED_ROWS else f"{left_out:,}"
             more = "" if asked else "--limit N shows more; "
-            note = f"{left_out:,} more {rows} not shown ({more}--format csv writes them all)"
+            note = f"{many} more {rows} not shown ({more}--format csv writes them all)"
             text += "\n" + "\n".join(_wrap(note, max(width, _SMALLEST)))
         return text, len(shown)
 
