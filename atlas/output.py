@@ -5,9 +5,10 @@ every value into text (lists, structs and maps as JSON text; BLOB, INTERVAL, HUG
 writes them), so every type comes out in every format:
 
 - table: the first ``limit`` rows in the terminal's width, nulls blank, and a line saying how many rows
-  were left out (counted up to a million: a result may be endless). Nothing the reader needs is cut: long text wraps inside its column, a long column name is
-  cut in its middle (the names stay distinct and are given in full below the table), and where the columns
-  do not fit even so, each row is printed as a record, one ``column: value`` line each;
+  were left out (counted up to a million: a result may be endless). Nothing the reader needs is cut: long
+  text wraps inside its column, a long column name is cut in its middle (the names stay distinct and are
+  given in full below the table), and where the columns do not fit even so, each row is printed as a
+  record, one ``column: value`` line each;
 - csv: a header and one line per row (quoted only where needed, nulls empty);
 - json: an array of row objects (NaN and infinities as null, which JSON cannot hold);
 - parquet: the values as they are (a file only; INTERVAL and UNION as text).
