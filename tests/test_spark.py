@@ -198,7 +198,12 @@ def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
     args = ["query", "entropy", "--engine", "spark", "--spark-master", "bogus://x", "--store", str(tmp_path)]
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip().splitlines()[-1].startswith("Error: --spark-master 'bogus://x': Spark did not start (")
+    assert done.stderr.strip() == (
+        "Error: --spark-master 'bogus://x': not a Spark master (masters are local[N], spark://HOST:PORT, yarn, "
+        "k8s://URL)"
+    )  # refused before Spark starts: Java printed its trace of the refusal first
+    with pytest.raises(AtlasError, match=r"^spark_master='local\[x\]': not a Spark master \("):
+        atlas.spark.session("local[x]")
 
 
 def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:

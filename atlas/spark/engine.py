@@ -67,9 +67,18 @@ def store_uri(store: str | os.PathLike[str]) -> str:
     return text.rstrip("/") if "://" in text or text.startswith("file:") else f"file://{Path(text).absolute()}"
 
 
+# the local masters Spark parses (SparkContext's LOCAL_N, LOCAL_N_FAILURES and LOCAL_CLUSTER patterns)
+_LOCAL = re.compile(
+    r"local|local\[([0-9]+|\*)(\s*,\s*[0-9]+)?\]|local-cluster\[\s*[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]"
+)
+
+
 def session(master: str = "local[2]") -> SparkSession:
     """The SparkSession of this process, else a new one on ``master``, which logs nothing (an entry's refusal is
     said in one line, not logged with Spark's trace) and draws no progress bars."""
+    masters = "masters are local[N], spark://HOST:PORT, yarn, k8s://URL"
+    if not (master == "yarn" or master.startswith(("spark://", "k8s://")) or _LOCAL.fullmatch(master)):
+        raise AtlasError(f"{arg('spark_master', repr(master))}: not a Spark master ({masters})")  # not in Java's trace
     require_pyspark()
     from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
@@ -87,8 +96,7 @@ def session(master: str = "local[2]") -> SparkSession:
             spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
     except (PySparkException, Py4JError) as exc:  # a master Spark cannot start on, or reach
         raise AtlasError(
-            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; masters are local[N], "
-            "spark://HOST:PORT, yarn, k8s://URL)"
+            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; {masters})"
         ) from None
     spark.sparkContext.setLogLevel("OFF")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
