@@ -50,7 +50,12 @@ class AtlasGroup(click.Group):
             except UnicodeEncodeError:
                 shown = given.encode(errors="surrogateescape").decode(errors="backslashreplace")
                 raise click.ClickException(f"'{shown}': not UTF-8 text (the atlas reads arguments as UTF-8)") from None
-        return super().parse_args(ctx, args)
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.NoArgsIsHelpError:  # 'atlas' alone: the help
+            raise
+        except click.UsageError as exc:  # atlas --no-such-option
+            raise click.ClickException(_usage(exc)) from None
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -59,6 +64,8 @@ class AtlasGroup(click.Group):
             raise click.ClickException(exc.cli_text(FLAGS)) from None
         except click.BadParameter as exc:  # a value click refused (a number out of range, not a number, ...)
             raise click.ClickException(bad_value(exc)) from None
+        except click.UsageError as exc:  # a command or an option that does not exist
+            raise click.ClickException(_usage(exc)) from None
         except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
@@ -69,6 +76,13 @@ class AtlasGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted: re-run the same command to resume", err=True)
             raise click.exceptions.Exit(130) from None
+
+
+def _usage(exc: click.UsageError) -> str:
+    """Click's refusal of a command line, on one line (not the usage and a hint on three): 'No such command
+    'x' (see 'atlas --help')'."""
+    see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return exc.format_message().rstrip(".") + see
 
 
 @click.group(cls=AtlasGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -368,3 +368,23 @@ def test_rm_and_unfinished_runs(store_dir, tmp_path):
     assert not (copy / "data" / run_id).exists() and not list(copy.glob(".trash-*"))
     result = atlas("rm", run_id, "--store", str(copy))
     assert result.exit_code == 1 and f"'{run_id}': no such run" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["nosuch"], "Error: No such command 'nosuch' (see 'atlas --help')"),
+        (["--nosuch"], "Error: No such option '--nosuch' (see 'atlas --help')"),
+        (["queries", "--nosuch"], "Error: No such option '--nosuch' (see 'atlas queries --help')"),
+        (["query"], "Error: Missing argument 'PHRASE' (see 'atlas query --help')"),
+    ],
+)
+def test_a_command_line_click_refuses_is_one_line(args, line):
+    """Not click's usage and hint on three lines: one line and exit 1, as every other error."""
+    result = CliRunner().invoke(cli, args, prog_name="atlas")
+    assert result.exit_code == 1 and result.output.strip() == line
+
+
+def test_atlas_alone_prints_its_help():
+    result = CliRunner().invoke(cli, [], prog_name="atlas")
+    assert "Commands:" in result.output and "ingest" in result.output
