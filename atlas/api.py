@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -106,11 +107,20 @@ def queries() -> pl.DataFrame:
     )
 
 
-def describe(name: str) -> str:
-    """A catalogue entry's name, paper, description and SQL (``name``: a name, an alias or close words, which
+def describe(name: str, width: int = 100) -> str:
+    """A catalogue entry's name, paper, description and parameters, in lines of at most ``width`` characters,
+    then its SQL, as its file holds it below the header (``name``: a name, an alias or close words, which
     choose the entry they fit with an ``AtlasNote`` saying which)."""
     entry = _chosen(name)
-    return f"{entry.name}\n{entry.paper}\n\n{entry.description}\n\n{entry.sql}"
+    lines = entry.sql.splitlines()
+    body = next((i for i, line in enumerate(lines) if line.strip() and not line.startswith("--")), len(lines))
+    parameters = [
+        textwrap.fill(f"  {p.name}: {p.description}", width, subsequent_indent="    ") for p in entry.parameters
+    ]
+    return "\n".join(
+        [entry.name, entry.paper, "", textwrap.fill(entry.description, width), "", "parameters:",
+         *(parameters or ["  none"]), "", *lines[body:]]
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -170,3 +170,15 @@ def test_an_unexpected_engine_error_names_the_entry_not_the_file(sparse):
     text = str(raised.value)
     assert text.startswith("'demo entry': Referenced column \"no_such_column\" not found"), text
     assert "Binder Error" not in text and "x.sql" not in text and "\n" not in text
+
+
+def test_describe_wraps_the_text_and_says_it_once():
+    """The description and parameters in lines of at most 100 characters, then the SQL below its header: the
+    description was one line of 1,200 characters, then again in the header."""
+    entry = resolve("entropy")
+    text = atlas.describe("entropy")
+    sql_start = text.index("\nSELECT") if "\nSELECT" in text else text.index("\nWITH")
+    head, sql = text[:sql_start], text[sql_start:]
+    assert all(len(line) <= 100 for line in head.splitlines())
+    assert " ".join(head.split()).count(" ".join(entry.description.split()[:12])) == 1 and "-- " not in sql[:200]
+    assert "parameters:\n  run: run id (default: the latest run)" in head
