@@ -13,6 +13,7 @@ import duckdb
 
 from atlas import api
 from atlas.cli_options import (
+    FilePath,
     bad_value,
     file_format_option,
     format_option,
@@ -97,7 +98,7 @@ def cli() -> None:
 
 @cli.command()
 @click.option(
-    "--corpus", type=click.Path(path_type=Path), default=None, help="Corpus file (see --format; none for repeated)."
+    "--corpus", type=FilePath(), default=None, help="Corpus file (see --format; none for repeated)."
 )
 @click.option(
     "--format",
@@ -447,7 +448,7 @@ def _answer(
 @cli.command(name="plot")
 @click.argument("phrase")
 @click.option(
-    "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Figure file: .png, .pdf or .svg."
+    "--out", required=True, type=FilePath(dir_okay=False), help="Figure file: .png, .pdf or .svg."
 )
 @run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
@@ -575,7 +576,7 @@ def probe(
 @run_option
 @click.option(
     "--labels",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=FilePath(dir_okay=False),
     default=None,
     help="CSV of hand labels (example_id, layer, head, pattern): train the paper's CNN instead of the rule.",
 )
@@ -661,7 +662,7 @@ def export(fmt: str, out: str, run_id: str | None, quiet: bool, store_path: str 
 
 
 @cli.command()
-@click.option("--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Report file (.html).")
+@click.option("--out", required=True, type=FilePath(dir_okay=False), help="Report file (.html).")
 @run_option
 @click.option(
     "--examples", default=20, show_default=True, type=click.IntRange(min=0), help="Inputs in the attention explorer."

@@ -21,6 +21,22 @@ def _expected(kind: click.ParamType) -> str:
     return {"integer": "an integer", "float": "a number"}.get(kind.name, f"a {kind.name}")
 
 
+EMPTY = "empty; name the file or folder"  # an empty path's refusal
+
+
+class FilePath(click.Path):
+    """A file or folder the user names, as a ``Path``; an empty one is refused (click reads '' as '.', the
+    working folder, and a refusal would name '.')."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(path_type=Path, **kwargs)
+
+    def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
+        if value == "":
+            self.fail(EMPTY, param, ctx)
+        return super().convert(value, param, ctx)
+
+
 def bad_value(exc: click.BadParameter) -> str:
     """A value click refused, in the one-line style of every other error: '--limit 0: expected 1 or more'."""
     param = exc.param
@@ -28,6 +44,8 @@ def bad_value(exc: click.BadParameter) -> str:
         see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return exc.format_message().rstrip(".") + see
     flag = param.opts[0] if param is not None and param.opts else (exc.param_hint or "a value")
+    if exc.message == EMPTY:
+        return f"{flag} '': {EMPTY}"
     if param is None or not isinstance(param, click.Option):
         return f"{flag}: {exc.message}"
     given = re.match(r"'?(.*?)'? is not ", exc.message)  # click's own words for a value of the wrong kind
@@ -58,7 +76,7 @@ file_format_option = click.option(
     help="[default: the --out file's suffix (.csv, .json, .parquet), else table]",
 )
 out_option = click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write to this file (atomically)."
+    "--out", type=FilePath(dir_okay=False), help="Write to this file (atomically)."
 )
 limit_option = click.option(
     "--limit",

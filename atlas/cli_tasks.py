@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from atlas import api_tasks
-from atlas.cli_options import format_option, quiet_option, store_option
+from atlas.cli_options import FilePath, format_option, quiet_option, store_option
 from atlas.output import emit
 
 task_option = click.option("--task", required=True, help="SST-2, MRPC, RTE, STS-B, QQP, QNLI or MNLI.")
@@ -169,7 +169,7 @@ def importance(
 @click.option("--model", default=None, help="HF id, local path or a checkpoint of 'atlas finetune'.")
 @click.option(
     "--corpus",
-    type=click.Path(path_type=Path),
+    type=FilePath(),
     default=None,
     help="CoNLL-U file: the masked-LM loss, Clark et al.'s (a model with an MLM head).",
 )

@@ -329,8 +329,11 @@ def test_unfinished_runs_of_no_store(tmp_path):
             ["ingest", "--corpus", "c.conllu", "--model", " "],
             "Error: --model ' ': empty; name a hub id or a folder, or leave it out",
         ),
+        (["ingest", "--corpus", ""], "Error: --corpus '': empty; name the file or folder"),  # not '.': a folder
+        (["query", "entropy", "--out", ""], "Error: --out '': empty; name the file or folder"),
+        (["plot", "entropy", "--out", ""], "Error: --out '': empty; name the file or folder"),
     ],
-    ids=["run", "model"],
+    ids=["run", "model", "corpus", "out", "figure"],
 )
 def test_an_empty_name_is_not_the_default(store, corpus, args, line):
     args = [str(corpus) if a == "c.conllu" else a for a in args]
