@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -423,7 +424,7 @@ class Atlas:
         if len(parsed) != 1:
             raise AtlasError(f"sql: expected one statement, found {len(parsed)}")
         if parsed[0].type != duckdb.StatementType.SELECT:
-            raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {parsed[0].type.name}")
+            raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {_kind(parsed[0])}")
         try:
             return con.sql(text)
         except duckdb.Error as exc:
@@ -569,6 +570,14 @@ def answer_on_spark(
     where = store_path() if store is None else store
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
+
+
+def _kind(statement: duckdb.Statement) -> str:
+    """What a statement is, in its own first word (INSTALL, CHECKPOINT, USE: DuckDB types them LOAD, CALL and
+    SET), or DuckDB's type where that word is WITH (WITH ... DELETE)."""
+    text = re.sub(r"^(\s|--[^\n]*|/\*.*?\*/)*", "", statement.query, flags=re.DOTALL)
+    word = re.match(r"[A-Za-z_]*", text).group(0).upper()  # type: ignore[union-attr]  (* matches always)
+    return statement.type.name if word in ("", "WITH") else word
 
 
 def _not_empty(run: str | None) -> None:

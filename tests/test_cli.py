@@ -134,6 +134,17 @@ def test_sql_refuses_statements_that_write(store_dir, statement):
     assert snapshot(store_dir) == before
 
 
+@pytest.mark.parametrize(
+    ("statement", "word"),
+    [("INSTALL httpfs", "INSTALL"), ("-- a note\nCHECKPOINT", "CHECKPOINT"), ("USE memory", "USE"),
+     ("/* x */ DROP VIEW runs", "DROP"), ("WITH x AS (SELECT 1) DELETE FROM runs", "DELETE")],
+)  # fmt: skip
+def test_sql_names_the_statement_it_refuses(store_dir, statement, word):
+    """By its own first word: DuckDB types INSTALL as LOAD, CHECKPOINT as CALL, USE as SET."""
+    result = atlas("sql", statement, "--store", str(store_dir))
+    assert result.output.strip() == f"Error: sql: only read-only SELECT statements are accepted, not {word}"
+
+
 def test_sql_select_and_formats(store_dir, tmp_path):
     result = atlas(
         "sql",
