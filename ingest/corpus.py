@@ -91,5 +91,6 @@ def check_corpus(
     info = CorpusInfo(path, "", 0, fmt, task)
     n = sum(1 for _ in read_corpus(info))
     if n == 0:
-        raise AtlasError(f"{path}: the corpus holds no sentence")
+        kept = " that passes Kovaleva et al.'s filters (see 'atlas ingest --help')" if fmt == "framenet" else ""
+        raise AtlasError(f"{path}: the corpus holds no sentence{kept}")
     return CorpusInfo(path, sha256_of(path), n, fmt, task)

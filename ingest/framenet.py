@@ -182,12 +182,12 @@ class Frames:
 
 
 def _folder_frames(folder: Path, path: Path) -> Frames:
-    if not folder.is_dir():
-        raise AtlasError(
-            f"{path}: no frame definitions at {folder} (the release's frame/ folder, beside lu/, gives the core sets)"
-        )
-
-    def read(frame: str) -> bytes | None:
+    def read(frame: str) -> bytes | None:  # looked for at the first frame: a file that is no lu file says so first
+        if not folder.is_dir():
+            raise AtlasError(
+                f"{path}: no frame definitions at {folder} (the release's frame/ folder, beside lu/, gives the core "
+                "sets)"
+            )
         file = folder / f"{frame}.xml"
         return file.read_bytes() if file.is_file() else None
 
@@ -232,7 +232,10 @@ def _read_members(archive: tarfile.TarFile, path: Path) -> Iterator[tarfile.TarI
 
 def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
     if path.is_dir():
-        for file in sorted(f for f in path.glob("lu*.xml") if _is_lu(f.name)):
+        files = sorted(f for f in path.glob("lu*.xml") if _is_lu(f.name))
+        if not files:
+            raise AtlasError(f"{path}: no lexical-unit files (lu<number>.xml) in this folder")
+        for file in files:
             yield str(file), file.read_bytes()
     elif path.name.endswith(ARCHIVES):
         with _open_archive(path) as archive:

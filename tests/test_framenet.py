@@ -112,6 +112,18 @@ def test_frame_definitions_found_or_one_line_error(tmp_path):
         list(read_framenet(alone))
     with pytest.raises(AtlasError, match=r"c: a FrameNet release's folder; name its lu/ folder \(.*c/lu\)$"):
         list(read_framenet(tmp_path / "c"))  # the release's own folder, which holds lu/ and frame/
+    (tmp_path / "e").mkdir()
+    with pytest.raises(AtlasError, match=r"e: no lexical-unit files \(lu<number>.xml\) in this folder$"):
+        list(read_framenet(tmp_path / "e"))
+    (tmp_path / "e" / "x.conllu").write_text("1\tI\n")
+    with pytest.raises(AtlasError, match=r"x.conllu:1: not well-formed XML$"):  # not the frame/ folder it lacks
+        list(read_framenet(tmp_path / "e" / "x.conllu"))
+
+
+def test_a_file_whose_exemplars_the_filters_all_drop():
+    lu = next(f for f in sorted(LU.glob("lu*.xml")) if not list(read_framenet(f)))
+    with pytest.raises(AtlasError, match=r"holds no sentence that passes Kovaleva et al.'s filters"):
+        check_corpus(lu, "framenet")
 
 
 # The reference: the released procedure over the sample files, independent of ingest/framenet.py.
