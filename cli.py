@@ -399,8 +399,10 @@ def query(
     not run on the store, e.g. 'head distances' before 'atlas distances'.
     """
     if describe:
-        if out is not None or fmt is not None:
-            raise AtlasError(f"{arg('describe')}: prints the entry's text; leave out {arg('out')} and {arg('format')}")
+        given = {"out": out, "format": fmt, "param": params, "run": run_id, "compare": compare_ids, "limit": limit}
+        if unused := [arg(name) for name, value in given.items() if value]:
+            said = ", ".join(unused)
+            raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")
         click.echo(api.describe(_entry_name(phrase)))
         return
     emit(_answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master).frame, fmt, out, limit)

@@ -375,7 +375,10 @@ def test_a_config_value_that_is_not_finite(corpus, tmp_path, value):
 
 def test_describe_writes_no_file():
     assert refused("query", "entropy", "--describe", "--out", "d.csv") == (
-        "Error: --describe: prints the entry's text; leave out --out and --format"
+        "Error: --describe: prints the entry's text, running nothing; leave out --out"
+    )
+    assert refused("query", "entropy", "--describe", "--param", "x=1", "--run", "r") == (
+        "Error: --describe: prints the entry's text, running nothing; leave out --param, --run"
     )
 
 
