@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import shutil
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -486,6 +487,8 @@ def _stage_and_publish(
         (staging / "done").mkdir(parents=True, exist_ok=True)
         for tmp in staging.rglob(".*.tmp"):
             tmp.unlink()
+        if progress and (kept := sum(1 for _ in (staging / "done").glob("*.json"))):
+            print(f"resuming run {run_id}: {kept:,} chunk(s) written before are kept", file=sys.stderr)
         with ThreadPoolExecutor(max_workers=1) as side:  # the database beside the first chunk's reading
             database = side.submit(store.write_database)
             try:

@@ -79,7 +79,9 @@ def test_the_bar_moves_with_each_forward_batch(tmp_path, model, monkeypatch):
     assert recorder.written[-1][0] == 40 and all(shown <= done for shown, done in recorder.written)
 
 
-def test_written_counts_only_chunks_on_disk_and_a_resumed_ingest_starts_at_them(tmp_path, model, monkeypatch):
+def test_written_counts_only_chunks_on_disk_and_a_resumed_ingest_starts_at_them(
+    tmp_path, model, monkeypatch, capsys
+):
     from atlas.ingestion import pipeline
 
     store = Store(tmp_path / "store")
@@ -98,7 +100,10 @@ def test_written_counts_only_chunks_on_disk_and_a_resumed_ingest_starts_at_them(
     monkeypatch.setattr(pipeline, "_run_chunk", run_chunk)
     recorder = Recorder(store)
     monkeypatch.setattr(pipeline, "tqdm", recorder.bar())
+    capsys.readouterr()
     _ingest(corpus, store, model, chunk_examples=16)
+    said = capsys.readouterr().err
+    assert said.startswith("resuming run forty__") and ": 1 chunk(s) written before are kept\n" in said
     steps = [n for n, _ in recorder.steps]
     assert steps[0] == 16 and sum(steps) == 40 and len(steps) > 3, steps  # the written chunk at once, then batches
     assert [shown for shown, _ in recorder.written] == [0, 16, 32, 40]
