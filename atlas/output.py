@@ -16,6 +16,7 @@ writes them), so every type comes out in every format:
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 import textwrap
@@ -37,6 +38,7 @@ SUFFIXES = {".csv": "csv", ".json": "json", ".parquet": "parquet", ".txt": "tabl
 TABLE_ROWS = 40  # rows a terminal table shows unless --limit says otherwise
 FILE_TABLE_ROWS = 100_000  # rows a table written to a file holds unless --limit says otherwise (held to align them)
 BATCH_ROWS = 16_384
+_FIXED = re.compile(r"-?\d+\.\d{4}")  # a float cell in fixed point (``_cell``)
 COUNTED_ROWS = 1_000_000  # rows a table counts beyond those it shows, to say how many it left out
 _NESTED = {"list", "struct", "map", "array", "union"}
 _FLOATS = {"float", "double"}
@@ -162,6 +164,9 @@ class Result:
             left_out += batch.num_rows - take
             if left_out > COUNTED_ROWS:  # not read to its end to count it: the result may be endless
                 break
+        for i, kind in enumerate(self.kinds):
+            if kind in _FLOATS:
+                _fewer_decimals(shown, i)
         numeric = [k in _NUMBERS or k in {"hugeint", "uhugeint", "decimal"} for k in self.kinds]
         text = render_table(self.names, shown, numeric, width)
         if left_out:
@@ -186,6 +191,18 @@ def _cell(value: object) -> str:
             return str(value)
         return f"{value:.4f}" if value == 0 or 1e-3 <= abs(value) < 1e12 else f"{value:.3e}"
     return " ".join(str(value).splitlines()).replace("\t", " ")  # one line: a table wraps it itself
+
+
+def _fewer_decimals(rows: list[list[str]], column: int) -> None:
+    """Drop the trailing zeros every fixed-point cell of a float column has (38.3300 and 7.4300 as 38.33 and
+    7.43), keeping one decimal, so that a column's numbers stay aligned and the table narrower."""
+    cells = [row[column] for row in rows if _FIXED.fullmatch(row[column])]
+    if cells:
+        zeros = min(min(len(c) - len(c.rstrip("0")) for c in cells), 3)
+        if zeros:
+            for row in rows:
+                if _FIXED.fullmatch(row[column]):
+                    row[column] = row[column][:-zeros]
 
 
 def _write_lines(sink: TextIO, batches: Iterator[list[str]], start: str, sep: str, end: str) -> int:

@@ -367,3 +367,10 @@ def test_out_a_pipe_is_written_not_replaced(tmp_path):
     emit(pl.DataFrame({"x": [1, 2]}), "csv", fifo)
     reader.join(timeout=30)
     assert got == [b"x\n1\n2\n"] and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_a_float_column_drops_the_zeros_all_its_numbers_end_in():
+    """38.33 not 38.3300 (the entries round their percentages to 2 places); aligned, at least one decimal."""
+    sql = "SELECT * FROM (VALUES (38.33::DOUBLE, 1.0::DOUBLE, 0.12345::DOUBLE), (7.4, 2.0, 1.0)) t(a, b, c)"
+    text, _ = Result(duckdb.connect().sql(sql)).table(10, 80)
+    assert "│ 38.33 │ 1.0 │ 0.1235 │" in text and "│  7.40 │ 2.0 │ 1.0000 │" in text
