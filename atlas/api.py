@@ -244,6 +244,7 @@ class Atlas:
         save the entry's paper-style figure to this file (PNG, PDF or SVG, by its suffix); ``params``: the
         entry's other parameters (see ``queries()``)."""
         if figure is not None:
+            checks.named("figure", figure)
             from atlas.plot import check_out, save
             from atlas.plot import figure as draw
 
@@ -392,6 +393,7 @@ class Atlas:
             raise AtlasError(f"{arg('model')}: {why}")
         run_id = self.run_id(run)
         if labels is not None:
+            checks.named("labels", labels)
             from atlas.pattern_cnn import train_and_classify
 
             with self._writing():
@@ -673,6 +675,7 @@ def ingest(
                 f"{arg('sample_seed')} out"
             )
     sample_seed = sample_seed or 0
+    checks.named("corpus", corpus)
     corpus = _corpus_path(corpus, format, length, count, sample_seed)
     pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
     _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)

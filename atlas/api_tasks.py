@@ -206,6 +206,7 @@ def grads(
         )
     checks.at_least("limit", limit, 1)
     checks.seed("seed", seed)
+    checks.named("corpus", corpus)
     if corpus is not None:
         run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed, progress)
     else:

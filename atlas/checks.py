@@ -21,7 +21,10 @@ def at_least(name: str, value: float | None, least: float) -> None:
         raise AtlasError(f"{arg(name, value)}: expected {COUNT_MAX:,} or less")
 
 
-def named(name: str, value: str | os.PathLike[str] | None, then: str) -> None:
+EMPTY_PATH = "empty; name the file or folder"  # a path given as '' (read as '.', the working folder, it misled)
+
+
+def named(name: str, value: str | os.PathLike[str] | None, then: str = EMPTY_PATH) -> None:
     """``value`` (None: not given) is not empty or blank; else refused naming ``name``, saying ``then``."""
     if value is not None and not os.fspath(value).strip():
         raise AtlasError(f"{arg(name, repr(os.fspath(value)))}: {then}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from atlas.checks import EMPTY_PATH
 from atlas.output import FILE_TABLE_ROWS, FORMATS, TABLE_ROWS
 
 
@@ -21,9 +22,6 @@ def _expected(kind: click.ParamType) -> str:
     return {"integer": "an integer", "float": "a number"}.get(kind.name, f"a {kind.name}")
 
 
-EMPTY = "empty; name the file or folder"  # an empty path's refusal
-
-
 class FilePath(click.Path):
     """A file or folder the user names, as a ``Path``; an empty one is refused (click reads '' as '.', the
     working folder, and a refusal would name '.')."""
@@ -33,7 +31,7 @@ class FilePath(click.Path):
 
     def convert(self, value: object, param: click.Parameter | None, ctx: click.Context | None) -> object:
         if value == "":
-            self.fail(EMPTY, param, ctx)
+            self.fail(EMPTY_PATH, param, ctx)
         return super().convert(value, param, ctx)
 
 
@@ -44,8 +42,8 @@ def bad_value(exc: click.BadParameter) -> str:
         see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return exc.format_message().rstrip(".") + see
     flag = param.opts[0] if param is not None and param.opts else (exc.param_hint or "a value")
-    if exc.message == EMPTY:
-        return f"{flag} '': {EMPTY}"
+    if exc.message == EMPTY_PATH:
+        return f"{flag} '': {EMPTY_PATH}"
     if param is None or not isinstance(param, click.Option):
         return f"{flag}: {exc.message}"
     given = re.match(r"'?(.*?)'? is not ", exc.message)  # click's own words for a value of the wrong kind

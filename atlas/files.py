@@ -17,9 +17,12 @@ def writing_to(given: str) -> Iterator[None]:
     file system), said in one line naming it as ``given`` (``--out 'x'``)."""
     try:
         yield
+    except BrokenPipeError:  # the reader of a pipe stopped early: the command line's to say (exit 0)
+        raise
     except OSError as exc:
-        why = exc.strerror or (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise AtlasError(f"{given}: cannot write it ({why})") from None
+        if exc.errno is None:  # not the system's refusal: an error of the query read, raised by its reader
+            raise
+        raise AtlasError(f"{given}: cannot write it ({exc.strerror or os.strerror(exc.errno)})") from None
 
 
 @contextmanager
@@ -29,11 +32,11 @@ def replacing(out: Path, given: str) -> Iterator[Path]:
     symbolic link the file it names is replaced and the link stays; a device or a pipe (``/dev/stdout``, a FIFO)
     is written in place, as a rename would put a file where it was. An error of the operating system's while
     writing is said naming ``out`` as ``given`` (``writing_to``)."""
-    target = out.resolve() if out.is_symlink() else out
     with writing_to(given):
-        if target.exists() and not target.is_file():
-            yield target
+        if out.exists() and not out.is_file():  # /dev/stdout, a FIFO (the link of /dev/stdout names a pipe: no path)
+            yield out
             return
+        target = out.resolve() if out.is_symlink() else out
         tmp = target.with_name(f".{target.stem}.tmp{target.suffix}")
         try:
             yield tmp

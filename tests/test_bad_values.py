@@ -463,3 +463,28 @@ def test_a_file_the_system_will_not_write_is_named(store, tmp_path):
     assert line == "Error: --out '/proc/self/x': cannot write it (No such file or directory)"
     with pytest.raises(AtlasError, match=r"^figure='/proc/self/p.png': cannot write it \(No such file or directory\)$"):
         atlas.open(store).answer("entropy", figure="/proc/self/p.png")
+
+
+def test_an_error_of_the_query_is_not_blamed_on_the_file(store, tmp_path):
+    """A query failing after its first batch is DuckDB's error, raised by its reader as an OSError without an
+    errno: said as it is, and no file is left."""
+    out = tmp_path / "x.csv"
+    sql = "SELECT (CASE WHEN range < 200000 THEN range::VARCHAR ELSE 'x' || range END)::INTEGER FROM range(200010)"
+    line = refused("sql", sql, "--store", str(store), "--out", str(out))
+    assert line == "Error: Conversion Error: Could not convert string 'x200000' to INT32"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_path_in_the_api(store, tmp_path):
+    """'' is refused as empty, as on the command line, not read as '.' (the working folder)."""
+    words = "'': empty; name the file or folder"
+    with pytest.raises(AtlasError, match=f"^corpus={words}$"):
+        atlas.ingest("", store=tmp_path / "s", progress=False)
+    st = atlas.open(store)
+    with pytest.raises(AtlasError, match=f"^figure={words}$"):
+        st.answer("entropy", figure="")
+    with pytest.raises(AtlasError, match=f"^out={words}$"):
+        st.report("")
+    with pytest.raises(AtlasError, match=f"^labels={words}$"):
+        st.patterns(labels="")
+    assert not (tmp_path / "s").exists()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tqdm import tqdm
 
+from atlas import checks
 from atlas.catalogue import Entry, entries
 from atlas.errors import AtlasError, arg
 from atlas.files import check_writable, replacing
@@ -61,6 +62,7 @@ def write_report(
     """Write the report of ``run`` (default: the latest run) to ``out``: ``examples`` inputs in the explorer;
     ``compare``: a second run shown beside it (e.g. a fine-tuned model over the same corpus); ``progress``: a
     progress bar over the catalogue's entries (on a large run each takes seconds)."""
+    checks.named("out", out)
     out = Path(out)
     check_out(out)
     if examples < 0:
