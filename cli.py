@@ -364,7 +364,9 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
     multiple=True,
     help="Another run (repeatable): the runs side by side, aligned on the entry's keys, with the differences to --run.",
 )
-@click.option("--describe", is_flag=True, help="Show the entry's description and SQL instead of running it.")
+@click.option(
+    "--describe", is_flag=True, help="Print the entry's SQL file (its header, then its SQL) instead of running it."
+)
 @click.option(
     "--engine",
     type=click.Choice(["duckdb", "spark"]),
@@ -400,6 +402,7 @@ def query(
     """
     if describe:
         given = {"out": out, "format": fmt, "param": params, "run": run_id, "compare": compare_ids, "limit": limit}
+        given["engine"] = engine != "duckdb"
         if unused := [arg(name) for name, value in given.items() if value]:
             said = ", ".join(unused)
             raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")

@@ -25,7 +25,6 @@ import contextlib
 import math
 import os
 import re
-import textwrap
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,20 +107,11 @@ def queries() -> pl.DataFrame:
     )
 
 
-def describe(name: str, width: int = 100) -> str:
-    """A catalogue entry's name, paper, description and parameters, in lines of at most ``width`` characters,
-    then its SQL, as its file holds it below the header (``name``: a name, an alias or close words, which
-    choose the entry they fit with an ``AtlasNote`` saying which)."""
-    entry = _chosen(name)
-    lines = entry.sql.splitlines()
-    body = next((i for i, line in enumerate(lines) if line.strip() and not line.startswith("--")), len(lines))
-    parameters = [
-        textwrap.fill(f"  {p.name}: {p.description}", width, subsequent_indent="    ") for p in entry.parameters
-    ]
-    return "\n".join(
-        [entry.name, entry.paper, "", textwrap.fill(entry.description, width), "", "parameters:",
-         *(parameters or ["  none"]), "", *lines[body:]]
-    )  # fmt: skip
+def describe(name: str) -> str:
+    """A catalogue entry's SQL file, as ``queries/`` holds it: its header (name, aliases, paper, description,
+    parameters, what it needs first, notes, keys, figure) and its SQL (``name``: a name, an alias or close
+    words, which choose the entry they fit with an ``AtlasNote`` saying which)."""
+    return _chosen(name).sql.rstrip("\n")
 
 
 @dataclass(frozen=True)

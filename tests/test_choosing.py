@@ -111,7 +111,7 @@ def test_the_choice_is_said_before_a_refusal(sparse):
     assert result.stderr.splitlines()[1].startswith("Error: no probe was trained on run ")
     described = run_cli("query", "probe weight", "--describe")
     assert described.exit_code == 0 and described.stderr.startswith("'probe weight': taken as 'probe weights'")
-    assert described.stdout.startswith("probe weights\n")
+    assert described.stdout.startswith("-- name: probe weights\n")
     ambiguous = run_cli("query", "probe", "--store", str(store))
     assert ambiguous.exit_code == 1 and ambiguous.stderr.startswith("Error: 'probe' fits several entries")
     assert len(ambiguous.stderr.strip().splitlines()) == 1
@@ -172,13 +172,10 @@ def test_an_unexpected_engine_error_names_the_entry_not_the_file(sparse):
     assert "Binder Error" not in text and "x.sql" not in text and "\n" not in text
 
 
-def test_describe_wraps_the_text_and_says_it_once():
-    """The description and parameters in lines of at most 100 characters, then the SQL below its header: the
-    description was one line of 1,200 characters, then again in the header."""
+def test_describe_gives_the_entry_file_whole():
+    """Its header, wrapped as written, once (the description was printed again as one line of 1,200
+    characters), then its SQL."""
     entry = resolve("entropy")
     text = atlas.describe("entropy")
-    sql_start = text.index("\nSELECT") if "\nSELECT" in text else text.index("\nWITH")
-    head, sql = text[:sql_start], text[sql_start:]
-    assert all(len(line) <= 100 for line in head.splitlines())
-    assert " ".join(head.split()).count(" ".join(entry.description.split()[:12])) == 1 and "-- " not in sql[:200]
-    assert "parameters:\n  run: run id (default: the latest run)" in head
+    assert text == entry.sql.rstrip("\n") and text.startswith("-- name: entropy\n")
+    assert all(len(line) <= 120 for line in text.splitlines()) and text.count("-- description:") == 1
