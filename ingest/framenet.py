@@ -238,12 +238,16 @@ def _documents(path: Path) -> Iterator[tuple[str, bytes]]:
         for file in files:
             yield str(file), file.read_bytes()
     elif path.name.endswith(ARCHIVES):
+        found = False
         with _open_archive(path) as archive:
             for member in _read_members(archive, path):
                 if member.isfile() and _is_lu(member.name):
                     handle = archive.extractfile(member)
                     if handle is not None:
+                        found = True
                         yield f"{path}:{member.name}", handle.read()
+        if not found:
+            raise AtlasError(f"{path}: no lexical-unit files (lu<number>.xml) in this archive")
     else:
         yield str(path), path.read_bytes()
 

@@ -115,6 +115,9 @@ def test_frame_definitions_found_or_one_line_error(tmp_path):
     (tmp_path / "e").mkdir()
     with pytest.raises(AtlasError, match=r"e: no lexical-unit files \(lu<number>.xml\) in this folder$"):
         list(read_framenet(tmp_path / "e"))
+    empty = _archive(tmp_path / "f.tar.gz", {"fn/frame/Emotion_directed.xml": frame})
+    with pytest.raises(AtlasError, match=r"f.tar.gz: no lexical-unit files \(lu<number>.xml\) in this archive$"):
+        list(read_framenet(empty))
     (tmp_path / "e" / "x.conllu").write_text("1\tI\n")
     with pytest.raises(AtlasError, match=r"x.conllu:1: not well-formed XML$"):  # not the frame/ folder it lacks
         list(read_framenet(tmp_path / "e" / "x.conllu"))

@@ -197,13 +197,20 @@ def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
     code = "from atlas.cli import main; main()"
     args = ["query", "entropy", "--engine", "spark", "--spark-master", "bogus://x", "--store", str(tmp_path)]
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.strip() == (
-        "Error: --spark-master 'bogus://x': not a Spark master (masters are local[N], spark://HOST:PORT, yarn, "
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # a scheme no cluster manager has
+    assert done.stderr.strip().splitlines()[-1].startswith("Error: --spark-master 'bogus://x': Spark did not start (")
+    args[args.index("bogus://x")] = "local[x]"  # refused before Spark starts: Java printed its stack trace first
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.strip() == (
+        "Error: --spark-master 'local[x]': not a Spark master (masters are local[N], spark://HOST:PORT, yarn, "
         "k8s://URL)"
-    )  # refused before Spark starts: Java printed its trace of the refusal first
-    with pytest.raises(AtlasError, match=r"^spark_master='local\[x\]': not a Spark master \("):
-        atlas.spark.session("local[x]")
+    )
+    for master in ("local[x]", "local[2", "bogus", "localhost:7077"):
+        with pytest.raises(AtlasError, match=r"^spark_master='.*': not a Spark master \(masters are local\[N\]"):
+            engine.check_master(master)
+    for master in ("local", "local[*]", "local[4, 2]", "local-cluster[2, 1, 1024]", "yarn", "spark://h:7077",
+                   "k8s://https://h:443", "ray://h:10001"):  # fmt: skip
+        engine.check_master(master)  # a plugin's scheme (ray://) is Spark's to judge
 
 
 def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:

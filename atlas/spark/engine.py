@@ -67,18 +67,25 @@ def store_uri(store: str | os.PathLike[str]) -> str:
     return text.rstrip("/") if "://" in text or text.startswith("file:") else f"file://{Path(text).absolute()}"
 
 
-# the local masters Spark parses (SparkContext's LOCAL_N, LOCAL_N_FAILURES and LOCAL_CLUSTER patterns)
+MASTERS = "masters are local[N], spark://HOST:PORT, yarn, k8s://URL"
+# the local masters Spark parses (SparkContext's LOCAL_N, LOCAL_N_FAILURES and LOCAL_CLUSTER patterns); other masters
+# are a cluster manager's URL (spark://, k8s://, a plugin's scheme) or yarn
 _LOCAL = re.compile(
     r"local|local\[([0-9]+|\*)(\s*,\s*[0-9]+)?\]|local-cluster\[\s*[0-9]+\s*,\s*[0-9]+\s*,\s*[0-9]+\s*\]"
 )
 
 
+def check_master(master: str) -> None:
+    """Refuse here what Spark refuses with Java's stack trace on the terminal: a local master it cannot parse,
+    or one that is neither yarn nor a URL."""
+    local = master.startswith("local")
+    if (local and not _LOCAL.fullmatch(master)) or (not local and master != "yarn" and "://" not in master):
+        raise AtlasError(f"{arg('spark_master', repr(master))}: not a Spark master ({MASTERS})")
+
+
 def session(master: str = "local[2]") -> SparkSession:
     """The SparkSession of this process, else a new one on ``master``, which logs nothing (an entry's refusal is
     said in one line, not logged with Spark's trace) and draws no progress bars."""
-    masters = "masters are local[N], spark://HOST:PORT, yarn, k8s://URL"
-    if not (master == "yarn" or master.startswith(("spark://", "k8s://")) or _LOCAL.fullmatch(master)):
-        raise AtlasError(f"{arg('spark_master', repr(master))}: not a Spark master ({masters})")  # not in Java's trace
     require_pyspark()
     from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
@@ -89,6 +96,7 @@ def session(master: str = "local[2]") -> SparkSession:
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
+    check_master(master)
     builder = SparkSession.builder.master(master).appName("attention-atlas")
     try:
         with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
@@ -96,7 +104,7 @@ def session(master: str = "local[2]") -> SparkSession:
             spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
     except (PySparkException, Py4JError) as exc:  # a master Spark cannot start on, or reach
         raise AtlasError(
-            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; {masters})"
+            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; {MASTERS})"
         ) from None
     spark.sparkContext.setLogLevel("OFF")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
