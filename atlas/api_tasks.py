@@ -53,6 +53,13 @@ class Gradients:
     frame: pl.DataFrame  # layer (1-based), then one column per target (sep, dot_comma, other)
 
 
+def _target(store: str | os.PathLike[str] | None) -> Store:
+    """The store results go to, refused before any work where its folder holds another program's database."""
+    target = Store(store_path(store))
+    target.check_database()
+    return target
+
+
 def _dev(spec, data: str, limit: int | None):
     from atlas.ingestion.glue_tsv import load_split
 
@@ -101,11 +108,12 @@ def finetune(
     checks.named("out", out, "name the checkpoint folder")
     out = Path(out)
     check_out(out)
+    target = _target(store)
     train_set, dev_set = load_split(spec, data, "train"), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec, random_init=random_init, seed=seed)
     settings = TrainSettings(epochs, train_limit, learning_rate, warmup, batch_size, seed=seed)
     info = train(tm, train_set, dev_set, settings, out, progress=progress)
-    run_id = write_task_model(Store(store_path(store)), load_task_model(str(out), spec), info, out)
+    run_id = write_task_model(target, load_task_model(str(out), spec), info, out)
     return FineTuned(run_id, out, spec.name, info["dev_metrics"], info["n_train"])
 
 
@@ -135,10 +143,11 @@ def ablate(
     if method not in ABLATION_METHODS:
         raise AtlasError(f"{arg('method', repr(method))}: expected one of {', '.join(ABLATION_METHODS)}")
     spec = task_spec(task)
+    target = _target(store)
     dev = _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
     baseline, rows = sweep(tm, encode(tm, dev), method, heads=heads, layers=layers, reuse=reuse, progress=progress)
-    run_id = write_ablations(Store(store_path(store)), tm, method, method, rows, baseline, len(dev))
+    run_id = write_ablations(target, tm, method, method, rows, baseline, len(dev))
     main = spec.metrics[0]
     best = max(rows, key=lambda r: r["metrics"][main])
     head = None if best["head"] is None else best["head"] + 1
@@ -170,11 +179,11 @@ def importance(
     checks.at_least("train_limit", train_limit, 1)
     checks.seed("seed", seed)
     spec = task_spec(task)
+    target = _target(store)
     train_set, dev = subset(load_split(spec, data, "train"), train_limit, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
     raw, n_train = head_importance(tm, encode(tm, train_set), progress)
     baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw), progress)
-    target = Store(store_path(store))
     with target.transaction():  # the importance scores and the pruning results appear together
         write_importance(target, tm, raw, normalise(raw), n_train)
         run_id = write_ablations(target, tm, "importance", "mask", rows, baseline, len(dev))
@@ -207,10 +216,11 @@ def grads(
     checks.at_least("limit", limit, 1)
     checks.seed("seed", seed)
     checks.named("corpus", corpus)
+    target = _target(store)
     if corpus is not None:
         run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed, progress)
     else:
         run_id, loss, means, counts = task_gradients(model, task, data, limit, progress)
-    write(Store(store_path(store)), run_id, loss, means, counts)
+    write(target, run_id, loss, means, counts)
     rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
     return Gradients(run_id, loss, loss_label(loss), pl.DataFrame(rows))

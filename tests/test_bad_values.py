@@ -169,8 +169,8 @@ def test_a_folder_holding_another_programs_database(corpus, tmp_path):
     words = f"Error: --store '{folder}': its atlas.duckdb is another program's DuckDB database (no atlas_meta table)"
     assert refused("ingest", "--corpus", str(corpus), "--store", str(folder)).startswith(words)
     assert sorted(p.name for p in folder.iterdir()) == ["atlas.duckdb"]
-    for args in (["runs"], ["query", "entropy"], ["sql", "SELECT 1"]):
-        assert refused(*args, "--store", str(folder)).startswith(words)
+    for args in (["runs"], ["query", "entropy"], ["sql", "SELECT 1"], ["grads", "--corpus", str(corpus)]):
+        assert refused(*args, "--store", str(folder)).startswith(words)  # grads: before its gradients
 
 
 def test_a_corpus_name_as_long_as_a_file_name_may_be(corpus, tmp_path):
