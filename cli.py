@@ -97,9 +97,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option(
-    "--corpus", type=FilePath(), default=None, help="Corpus file (see --format; none for repeated)."
-)
+@click.option("--corpus", type=FilePath(), default=None, help="Corpus file (see --format; none for repeated).")
 @click.option(
     "--format",
     "fmt",
@@ -452,9 +450,7 @@ def _answer(
 
 @cli.command(name="plot")
 @click.argument("phrase")
-@click.option(
-    "--out", required=True, type=FilePath(dir_okay=False), help="Figure file: .png, .pdf or .svg."
-)
+@click.option("--out", required=True, type=FilePath(dir_okay=False), help="Figure file: .png, .pdf or .svg.")
 @run_option
 @click.option("--param", "params", multiple=True, help="NAME=VALUE for a parameter of the query.")
 @click.option(

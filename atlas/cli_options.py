@@ -73,9 +73,7 @@ file_format_option = click.option(
     default=None,
     help="[default: the --out file's suffix (.csv, .json, .parquet), else table]",
 )
-out_option = click.option(
-    "--out", type=FilePath(dir_okay=False), help="Write to this file (atomically)."
-)
+out_option = click.option("--out", type=FilePath(dir_okay=False), help="Write to this file (atomically).")
 limit_option = click.option(
     "--limit",
     type=click.IntRange(min=1),

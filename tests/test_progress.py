@@ -79,9 +79,7 @@ def test_the_bar_moves_with_each_forward_batch(tmp_path, model, monkeypatch):
     assert recorder.written[-1][0] == 40 and all(shown <= done for shown, done in recorder.written)
 
 
-def test_written_counts_only_chunks_on_disk_and_a_resumed_ingest_starts_at_them(
-    tmp_path, model, monkeypatch, capsys
-):
+def test_written_counts_only_chunks_on_disk_and_a_resumed_ingest_starts_at_them(tmp_path, model, monkeypatch, capsys):
     from atlas.ingestion import pipeline
 
     store = Store(tmp_path / "store")
