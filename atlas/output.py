@@ -396,8 +396,9 @@ def emit(
             getattr(res, fmt)(sink)
             sink.flush()
         return
-    check_writable(out, f"--out '{out}'")
-    with replacing(out, f"--out '{out}'") as tmp:
+    given = f"--out '{out}'"
+    check_writable(out, given)
+    with replacing(out, given) as tmp:
         if fmt == "parquet":
             n = res.parquet(tmp)
         elif fmt == "table":
