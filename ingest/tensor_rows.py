@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from atlas.ingestion.device import exact_dtype
+from atlas.ingestion.host_copy import to_host
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 from atlas.ingestion.stages import stage
 
@@ -122,8 +123,8 @@ class TensorRows:
             edges, counts = _edge_columns([d[2] for d in done], n_examples, spec.n_layers, spec.n_heads,
                                           spec.weight_step)  # fmt: skip
         with stage("to the host"):
-            stats, words, edges = ({name: t.cpu().numpy() for name, t in p.items()} for p in (stats, words, edges))
-            return stats, words, edges, counts.cpu().numpy()
+            stats, words, edges = (to_host(p) for p in (stats, words, edges))
+            return stats, words, edges, to_host({"counts": counts})["counts"]
 
 
 def _flat(parts: list[dict[str, torch.Tensor]], lengths: list[torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -41,6 +41,7 @@ LAYERS = {
         "atlas.ingestion.sparsify",
         "atlas.ingestion.cpu_rows",
         "atlas.ingestion.tensor_rows",
+        "atlas.ingestion.host_copy",
         "atlas.ingestion.block_rows",
         "atlas.ingestion.row_batch",
         "atlas.ingestion.budget",

@@ -17,7 +17,7 @@ from test_families import CASES, build
 import atlas
 from atlas.ingestion import block_rows, cpu_rows, pipeline
 from atlas.ingestion import sparsify as sparsify_module
-from atlas.ingestion.budget import Budget
+from atlas.ingestion.budget import BATCH_BYTES, BATCH_SHARE, BLOCK_BYTES, BLOCK_SHARE, Budget, budget_for
 from atlas.ingestion.row_batch import RowBatch, cuts, row_blocks
 from atlas.ingestion.sparsify import ENTROPY_SMOOTHING, WEIGHT_STEP
 from atlas.model.forward import stream_rows
@@ -176,3 +176,14 @@ def test_the_compiled_pass_gives_blocks_of_rows_what_it_gives_whole_maps(kept_ma
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         else:
             np.testing.assert_array_equal(got, want)
+
+
+def test_a_cuda_budget_counts_the_memory_torch_holds_unused(monkeypatch):
+    """An earlier ingest's memory, kept by torch's allocator, is the next one's to use: the device reports it taken."""
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _device: (1 * gib, 80 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _device: 40 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda _device: 4 * gib)
+    budget = budget_for(torch.device("cuda"))
+    free = (1 + 40 - 4) * gib
+    assert budget == Budget(int(free * BATCH_SHARE // BATCH_BYTES), int(free * BLOCK_SHARE // BLOCK_BYTES))
