@@ -104,6 +104,23 @@ def test_runs_of_another_shape_are_refused(runs):
     assert f"--compare '{other}': its model has 2 layers x 2 heads" in result.output
 
 
+def test_the_latest_run_left_out_as_the_first_may_be_named_among_the_others(runs):
+    """``--compare A --compare B`` without --run, B the latest: B against A, as with ``--run B --compare A``."""
+    root, real, _, small = runs
+    with atlas.open(root) as st:
+        assert st.latest_run() == small
+    args = ["query", "best head per dependency relation", "--param", "min_count=3", "--store", root, "--format", "json"]
+    want = CliRunner().invoke(cli, [*args, "--run", small, "--compare", real])
+    assert want.exit_code == 0, want.output
+    for compare in ([real, small], [small, real]):
+        result = CliRunner().invoke(cli, [*args, *(a for run in compare for a in ("--compare", run))])
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == json.loads(want.stdout)
+        assert f"accuracy_diff@{real}" in json.loads(result.stdout)[0]
+    with atlas.open(root) as st, pytest.raises(AtlasError, match="two or more different runs"):
+        st.query("entropy", runs=[None, small])  # the latest run alone
+
+
 def test_bad_comparisons_are_refused_in_one_line(runs):
     root, real, random, _ = runs
     with atlas.open(root) as st:
