@@ -65,8 +65,9 @@ class AtlasGroup(click.Group):
             raise click.ClickException(exc.cli_text(FLAGS)) from None
         except click.BadParameter as exc:  # a value click refused (a number out of range, not a number, ...)
             raise click.ClickException(bad_value(exc)) from None
-        except click.UsageError as exc:  # a command or an option that does not exist
-            raise click.ClickException(_usage(exc)) from None
+        except click.UsageError as exc:  # a command or an option that does not exist, an option without its value
+            sub = ctx.invoked_subcommand
+            raise click.ClickException(_usage(exc, f"{ctx.command_path} {sub}" if sub else ctx.command_path)) from None
         except BrokenPipeError:  # the reader of the output stopped early (atlas sql ... | head)
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             raise click.exceptions.Exit(0) from None
@@ -79,11 +80,11 @@ class AtlasGroup(click.Group):
             raise click.exceptions.Exit(130) from None
 
 
-def _usage(exc: click.UsageError) -> str:
+def _usage(exc: click.UsageError, command: str = "atlas") -> str:
     """Click's refusal of a command line, on one line (not the usage and a hint on three): 'No such command
-    'x' (see 'atlas --help')'."""
-    see = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-    return exc.format_message().rstrip(".") + see
+    'x' (see 'atlas --help')'; ``command``: the command it refused where click does not say (an option without its
+    value)."""
+    return f"{exc.format_message().rstrip('.')} (see '{exc.ctx.command_path if exc.ctx else command} --help')"
 
 
 @click.group(cls=AtlasGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -84,10 +84,15 @@ def store_path(path: str | os.PathLike[str] | None = None) -> Path:
     return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
 
 
+def store_at(path: str | os.PathLike[str] | None = None) -> Store:
+    """The store at ``store_path(path)``, named in errors as given: ``store=...`` (``--store``), or $ATLAS_STORE."""
+    return Store(store_path(path), from_env=path is None and bool(os.environ.get("ATLAS_STORE")))
+
+
 def open(path: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Atlas:
     """Open a store (``path``, else $ATLAS_STORE, else ./atlas-store); fails when there is none unless
     ``must_exist`` is False (a store that holds only interrupted ingests, or none: see ``Atlas.runs``)."""
-    st = Atlas(Store(store_path(path)))
+    st = Atlas(store_at(path))
     if must_exist:
         st.connection  # noqa: B018 (opening checks the store and updates views written by another version)
     return st
@@ -400,7 +405,7 @@ class Atlas:
         once every one is found (else nothing is removed); returns which each was ('run' or 'unfinished
         ingest'), by run id."""
         if not self.store.exists():
-            raise AtlasError(f"{arg('store', repr(str(self.store.root)))}: no store here")
+            raise AtlasError(f"{self.store.named}: no store here")
         self.close()
         return self.store.remove(*run_ids)
 
@@ -691,7 +696,7 @@ def ingest(
     check_settings(settings)
     if sample is not None and sample < 1:
         raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
-    target = Store(store_path(store))
+    target = store_at(store)
     target.check_database()  # another program's database, before the model loads and anything is written
     known = ingested_run(
         target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings, overrides

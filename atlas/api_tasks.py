@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from atlas import checks
-from atlas.api import store_path
+from atlas.api import store_at
 from atlas.errors import AtlasError, arg
 from atlas.store import Store
 
@@ -55,7 +55,7 @@ class Gradients:
 
 def _target(store: str | os.PathLike[str] | None) -> Store:
     """The store results go to, refused before any work where its folder holds another program's database."""
-    target = Store(store_path(store))
+    target = store_at(store)
     target.check_database()
     return target
 

@@ -180,8 +180,9 @@ class StoreBusy(AtlasError):
 
 
 class Store:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, from_env: bool = False) -> None:
         self.root = root
+        self.from_env = from_env  # the folder $ATLAS_STORE names (no store given)
         self.db = root / DB_NAME
         self.data = root / "data"
         self.staging = root / ".staging"
@@ -189,8 +190,9 @@ class Store:
 
     @property
     def named(self) -> str:
-        """The store as an error names it: the parameter ``store`` and its path (see ``atlas.errors``)."""
-        return arg("store", repr(str(self.root)))
+        """The store as an error names it: the parameter ``store`` and its path (see ``atlas.errors``), or
+        $ATLAS_STORE and its path where that named it."""
+        return f"ATLAS_STORE {str(self.root)!r}" if self.from_env else arg("store", repr(str(self.root)))
 
     def exists(self) -> bool:
         return self.db.is_file()

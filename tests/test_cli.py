@@ -15,7 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from atlas import api
 from atlas.cli import cli
+from atlas.errors import AtlasError
 from atlas.store import Store
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
@@ -388,12 +390,26 @@ def test_rm_and_unfinished_runs(store_dir, tmp_path):
         (["--nosuch"], "Error: No such option '--nosuch' (see 'atlas --help')"),
         (["queries", "--nosuch"], "Error: No such option '--nosuch' (see 'atlas queries --help')"),
         (["query"], "Error: Missing argument 'PHRASE' (see 'atlas query --help')"),
+        (["query", "entropy", "--limit"], "Error: Option '--limit' requires an argument (see 'atlas query --help')"),
     ],
 )
 def test_a_command_line_click_refuses_is_one_line(args, line):
     """Not click's usage and hint on three lines: one line and exit 1, as every other error."""
     result = CliRunner().invoke(cli, args, prog_name="atlas")
     assert result.exit_code == 1 and result.output.strip() == line
+
+
+def test_a_store_named_by_atlas_store_is_named_so(tmp_path, monkeypatch):
+    """A folder $ATLAS_STORE names (no --store given) is named as $ATLAS_STORE in errors, in the CLI and the API."""
+    monkeypatch.setenv("ATLAS_STORE", str(tmp_path / "none"))
+    result = CliRunner().invoke(cli, ["runs"], prog_name="atlas")
+    assert result.exit_code == 1
+    none = tmp_path / "none"
+    assert result.output.strip() == f"Error: ATLAS_STORE '{none}': no store here (run 'atlas ingest' first)"
+    with pytest.raises(AtlasError, match="^ATLAS_STORE '.*none': no store here"):
+        api.open()
+    result = CliRunner().invoke(cli, ["runs", "--store", str(tmp_path)], prog_name="atlas")
+    assert result.output.strip().startswith(f"Error: --store '{tmp_path}': no store here")
 
 
 def test_atlas_alone_prints_its_help():
