@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from atlas import checks
 from atlas.errors import AtlasError, arg
 from atlas.model.forward import attention
 from atlas.model.load import LoadedModel, load_model
@@ -36,6 +37,7 @@ def run_model(store: Store, run_id: str, param: str = "run", model: str | None =
     """Load the model a run was made with, in its dtype and with its config overrides (``model``: from there instead,
     where it has moved since); refuse one whose weights differ from the recorded hash (``param``: the parameter the
     run was given as)."""
+    checks.named("model", model, "empty; name a hub id or a folder, or leave it out")  # not the run's own, unsaid
     con = store.connect()
     row = con.execute(
         "SELECT model_source, model_hash, random_init, seed, dtype, config FROM runs WHERE run_id = ?", [run_id]

@@ -332,8 +332,12 @@ def test_unfinished_runs_of_no_store(tmp_path):
         (["ingest", "--corpus", ""], "Error: --corpus '': empty; name the file or folder"),  # not '.': a folder
         (["query", "entropy", "--out", ""], "Error: --out '': empty; name the file or folder"),
         (["plot", "entropy", "--out", ""], "Error: --out '': empty; name the file or folder"),
+        (  # not the run's own model, unsaid
+            ["distances", "--model", "", "--examples", "1"],
+            "Error: --model '': empty; name a hub id or a folder, or leave it out",
+        ),
     ],
-    ids=["run", "model", "corpus", "out", "figure"],
+    ids=["run", "model", "corpus", "out", "figure", "run's model"],
 )
 def test_an_empty_name_is_not_the_default(store, corpus, args, line):
     args = [str(corpus) if a == "c.conllu" else a for a in args]
