@@ -295,6 +295,10 @@ def read_conllu(path: Path) -> Iterator[Sentence]:
     def finish() -> Sentence | None:
         nonlocal sentence, sent_id, text, index
         done = sentence
+        if done is None and ranges:  # a multiword token, and no words
+            r = ranges[0]
+            raise AtlasError(f"{path}:{r.line}: multiword-token range {r.first}-{r.last} is out of range "
+                             "(sentence has 0 words)")  # fmt: skip
         if done is not None:
             _check_heads(path, done, word_lines, ranges)
             done.text, done.spans, done.text_unmatched = written(done.words, ranges, text)

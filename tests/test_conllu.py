@@ -90,6 +90,7 @@ W1 = "1\tI\tI\tPRON\tPRP\t_\t0\troot\t_\t_\n"
         (W1 + "3-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n", 4, "range '3-2' must span the words that follow it, from 2"),
         (W1 + "2-9\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n2\tdo\tdo\tAUX\tVBP\t_\t1\taux\t_\t_\n", 4,
          "multiword-token range 2-9 is out of range (sentence has 2 words)"),
+        ("1-2\tdon't\t_\t_\t_\t_\t_\t_\t_\t_\n", 3, "range 1-2 is out of range (sentence has 0 words)"),  # not dropped
     ],
 )  # fmt: skip
 def test_malformed_lines_name_file_and_line(tmp_path, bad, line, message):
