@@ -275,7 +275,7 @@ class Atlas:
             raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
         runs = [self.latest_run() if r is None else r for r in given]
         if given and given[0] is None:  # the latest run, left out, named again among the others: it is the first
-            runs = list(dict.fromkeys(runs))
+            runs = [runs[0], *(r for r in runs[1:] if r != runs[0])]
         if len(runs) < 2 or len(set(runs)) < len(runs):
             said = ", ".join(runs) or "none"
             latest = f"; {arg('runs[0]')} left out is the latest run" if None in given else ""

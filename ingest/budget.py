@@ -33,7 +33,7 @@ def budget_for(device: torch.device) -> Budget:
     """The budget on ``device``: on CUDA from its free memory now (the model loaded), else the fixed numbers. Free
     memory counts what torch's allocator holds unused, kept from earlier work in the process, which the device
     reports as taken (beside an H200, ingests of UD GUM dev in 1,024-piece windows run one after another in a process
-    took 15 to 16 s against 8 to 9.5, with 2.9 GiB at their peak against 17 to 43: too small a budget for a whole
+    took 15 to 16 s against 7.4 to 9.5, with 2.9 GiB at their peak against 17 to 43: too small a budget for a whole
     input's maps, each input was read by rows)."""
     if device.type != "cuda":
         return Budget(BATCH_WEIGHTS, BLOCK_WEIGHTS)

@@ -14,7 +14,8 @@ import torch
 
 STAGING_BYTES = 32 << 20  # each of the two page-locked buffers (kept for the process, per device)
 _buffers: dict[torch.device, list[tuple[torch.Tensor, torch.cuda.Event]]] = {}
-_lock = threading.Lock()  # one copy at a time through a device's buffers
+_locks: dict[torch.device, threading.Lock] = {}  # one copy at a time through a device's buffers
+_making = threading.Lock()  # a device's buffers and lock made once
 
 
 def to_host(columns: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
@@ -24,11 +25,13 @@ def to_host(columns: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     device = next(iter(columns.values())).device
     if device.type != "cuda":
         return {name: t.cpu().numpy() for name, t in columns.items()}
-    with _lock:
+    with _making:
         if device not in _buffers:
-            _buffers[device] = [
-                (torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True), torch.cuda.Event()) for _ in range(2)
-            ]
+            with torch.inference_mode(False):  # plain tensors, written outside inference mode too
+                pinned = [torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+            _buffers[device] = [(buffer, torch.cuda.Event()) for buffer in pinned]
+            _locks[device] = threading.Lock()
+    with _locks[device]:
         stream = torch.cuda.current_stream(device)
         marked = [(buffer, lambda e=event: e.record(stream), event.synchronize) for buffer, event in _buffers[device]]
         return through(columns, marked)
@@ -37,24 +40,26 @@ def to_host(columns: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
 def through(
     columns: dict[str, torch.Tensor], buffers: list[tuple[torch.Tensor, Callable[[], None], Callable[[], None]]]
 ) -> dict[str, np.ndarray]:
-    """``to_host``'s copies through ``buffers`` (``(buffer, mark, wait)``: a byte tensor on the host, a call that
-    marks the copies queued so far, one that waits for them), taken in turn: each column's bytes in pieces of a
-    buffer's size, a piece's copy queued before the piece before is moved on the host."""
+    """``to_host``'s copies through ``buffers`` (``(buffer, mark, wait)``: a byte tensor on the host of 8 bytes or
+    more, a call that marks the copies queued so far, one that waits for them), taken in turn: each column in pieces
+    of a buffer's size, a piece's copy queued before the piece before is moved on the host."""
     out: dict[str, np.ndarray] = {}
-    queued: tuple[np.ndarray, np.ndarray, Callable[[], None]] | None = None  # (piece's bytes, destination, wait)
+    queued: tuple[np.ndarray, np.ndarray, Callable[[], None]] | None = None  # (piece, its destination, wait)
     turn = 0
     for name, tensor in columns.items():
         host = np.empty(tuple(tensor.shape), dtype=torch.empty(0, dtype=tensor.dtype).numpy().dtype)
-        source = tensor.contiguous().reshape(-1).view(torch.uint8)
-        destination = host.reshape(-1).view(np.uint8)
-        for start in range(0, source.numel(), buffers[0][0].numel()):
+        source, destination = tensor.reshape(-1), host.reshape(-1)
+        size = tensor.element_size()
+        step = buffers[0][0].numel() // size  # elements a buffer holds
+        for start in range(0, source.numel(), step):
             buffer, mark, wait = buffers[turn % len(buffers)]
-            piece = buffer[: min(buffer.numel(), source.numel() - start)]
-            piece.copy_(source[start : start + piece.numel()], non_blocking=True)
+            stop = min(start + step, source.numel())
+            piece = buffer[: (stop - start) * size].view(tensor.dtype)
+            piece.copy_(source[start:stop], non_blocking=True)
             mark()
             if queued is not None:
                 _move(*queued)
-            queued = (piece.numpy(), destination[start : start + piece.numel()], wait)
+            queued = (piece.numpy(), destination[start:stop], wait)
             turn += 1
         out[name] = host
     if queued is not None:

@@ -20,9 +20,11 @@ EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edg
 ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
 WRITERS = 2  # threads writing a chunk's tables (on a CPU, where the model's threads take the other cores)
 PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written as several files at once (PARTS)
-# at most, each by a writer thread of its own: all cores but two (the model's and the rows') from 8 to 16; beside an
-# H200 with 16 cores, 14 parts took 13 to 18 % less time than 8 over UD GUM dev (bench/RESULTS.md, On a GPU)
-PARTS = min(16, max(8, (os.cpu_count() or 1) - 2))
+# at most, each by a writer thread of its own: the cores this process may use but two (the model's and the rows'),
+# from 8 to 16; beside an H200 with 16 cores, 14 parts took 3 to 18 % less time than 8 over UD GUM dev, by the
+# variant taken as the baseline (bench/RESULTS.md, On a GPU); the files of a large table follow from it
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+PARTS = min(16, max(8, _CORES - 2))
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 

@@ -117,8 +117,10 @@ def test_the_latest_run_left_out_as_the_first_may_be_named_among_the_others(runs
         assert result.exit_code == 0, result.output
         assert json.loads(result.stdout) == json.loads(want.stdout)
         assert f"accuracy_diff@{real}" in json.loads(result.stdout)[0]
-    with atlas.open(root) as st, pytest.raises(AtlasError, match="two or more different runs"):
-        st.query("entropy", runs=[None, small])  # the latest run alone
+    with atlas.open(root) as st:
+        for alone in ([None, small], [None, real, real]):  # the latest run alone; another given twice
+            with pytest.raises(AtlasError, match="two or more different runs"):
+                st.query("entropy", runs=alone)
 
 
 def test_bad_comparisons_are_refused_in_one_line(runs):
