@@ -566,7 +566,7 @@ def answer_on_spark(
 
     entry = _chosen(name)
     _not_empty(run)
-    where = store_path() if store is None else store
+    where = store_at() if store is None else store
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
 

@@ -188,6 +188,9 @@ class Store:
         self.staging = root / ".staging"
         self.lock_file = root / LOCK_NAME
 
+    def __fspath__(self) -> str:  # a store where a path is taken (a URI or path for the Spark engine)
+        return str(self.root)
+
     @property
     def named(self) -> str:
         """The store as an error names it: the parameter ``store`` and its path (see ``atlas.errors``), or

@@ -173,9 +173,12 @@ def test_the_views_hold_the_tables_as_duckdb_does(store, spark):
         assert spark.table(name).count() == con.execute(f"SELECT count(*) FROM {name}").fetchone()[0], name
 
 
-def test_a_folder_without_a_store_is_refused(spark, tmp_path):
+def test_a_folder_without_a_store_is_refused(spark, tmp_path, monkeypatch):
     with pytest.raises(AtlasError, match="no store here"):
         atlas.spark.register(spark, tmp_path)
+    monkeypatch.setenv("ATLAS_STORE", str(tmp_path))  # named as the variable, as the DuckDB engine names it
+    with pytest.raises(AtlasError, match=f"^ATLAS_STORE '{tmp_path}': no store here"):
+        atlas.api.answer_on_spark("entropy")
 
 
 @pytest.mark.parametrize(

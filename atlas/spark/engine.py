@@ -22,7 +22,7 @@ from atlas.errors import AtlasError, arg
 from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
-from atlas.store import table_schemas
+from atlas.store import Store, table_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -211,7 +211,7 @@ def _cause(exc: Exception) -> str:
 
 
 def _named(store: str | os.PathLike[str]) -> str:
-    return arg("store", repr(os.fspath(store)))
+    return store.named if isinstance(store, Store) else arg("store", repr(os.fspath(store)))
 
 
 def _parameter_text(value: object) -> str:
