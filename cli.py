@@ -435,6 +435,7 @@ def _answer(
     values: dict[str, object] = dict(_params(params))
     if run_id is not None and "run" in values:
         raise AtlasError(f"{arg('run', query=True)}: the run is given by {arg('run')}; give it once")
+    as_param = run_id is None and bool(values.get("run"))  # --param run=R: named so where R is no run
     run = run_id if run_id is not None else values.pop("run", None)
     runs = [run, *compare] if compare else None
     if engine == "spark" and compare:
@@ -442,7 +443,10 @@ def _answer(
     if engine == "spark":
         answer = api.answer_on_spark(name, store_path, run, master=spark_master, **values)
     else:
-        answer = api.open(store_path).answer(name, None if compare else run, runs, figure=figure, **values)
+        st = api.open(store_path)
+        if as_param:
+            st.run_id(str(run), query=True)
+        answer = st.answer(name, None if compare else run, runs, figure=figure, **values)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note, err=True)

@@ -492,3 +492,11 @@ def test_an_empty_path_in_the_api(store, tmp_path):
     with pytest.raises(AtlasError, match=f"^labels={words}$"):
         st.patterns(labels="")
     assert not (tmp_path / "s").exists()
+
+
+def test_a_run_given_as_a_parameter_is_named_as_given(store):
+    """``--param run=R`` where R is no run: named as --param run, as the user gave it, not as --run."""
+    assert refused("query", "entropy", "--param", "run=nosuch", "--store", str(store)) == (
+        f"Error: --param run='nosuch': no such run in {store} (see 'atlas runs')"
+    )
+    assert refused("query", "entropy", "--run", "nosuch", "--store", str(store)).startswith("Error: --run 'nosuch'")
