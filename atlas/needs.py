@@ -37,11 +37,19 @@ def _lacking(roles: tuple[str, str]) -> Need:
     )
 
 
+# entries that read the parse (words.deprel; a corpus of repeated tokens or plain sentences without spaCy has none)
+PARSED = Need(
+    "SELECT count(*) FROM words WHERE run_id = $run AND deprel IS NOT NULL",
+    "run {run} has no dependency relations: ingest a corpus that has them (CoNLL-U such as UD English EWT, or a "
+    "text or GLUE corpus, which spaCy parses)",
+)
+
 # the needs several entries share, by the name a header gives them (``-- needs: roles stored``); whether one
 # refuses the entry or is a note is the header's choice (``needs:`` or ``notes:``), and its ``else:`` text,
 # when given, follows the message after ': '
 SHARED: dict[str, Need] = {
     "roles stored": ROLES_STORED,
+    "dependency relations": PARSED,
     "cls or bos token": _lacking(("cls", "bos")),
     "sep or eos token": _lacking(("sep", "eos")),
 }

@@ -172,7 +172,7 @@ class Result:
         if left_out:
             rows = "row" if left_out == 1 else "rows"
             many = f"over {COUNTED_ROWS:,}" if left_out > COUNTED_ROWS else f"{left_out:,}"
-            more = "" if asked else "--limit N shows more; "
+            more = "without --limit, " if asked else "--limit N shows more; "  # a file holds the --limit given too
             note = f"{many} more {rows} not shown ({more}--format csv writes them all)"
             text += "\n" + "\n".join(_wrap(note, max(width, _SMALLEST)))
         return text, len(shown)

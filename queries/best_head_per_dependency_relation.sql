@@ -33,9 +33,7 @@
 --   min_count: relations with fewer words are left out ('all' rows excepted) (default: 100)
 --   poss_rule: true: score nmod:poss with the released code's possessive rule; false: plainly (default: true)
 --   direction: where the best head is looked for: both, dependent -> head, or head -> dependent (default: both)
--- needs: SELECT count(*) FROM words WHERE run_id = $run AND deprel IS NOT NULL
---   else: run {run} has no dependency relations: ingest a corpus that has them (CoNLL-U such as UD English
---   EWT, or a text or GLUE corpus, which spaCy parses)
+-- needs: dependency relations
 -- needs: SELECT ($min_count >= 0)::INTEGER
 --   else: $min_count: expected 0 or more
 -- keys: relation

@@ -23,6 +23,8 @@
 -- parameters:
 --   run: run id (default: the latest run)
 -- needs: roles stored
+-- notes: dependency relations
+--   else: noun, verb, pronoun, subject and object score 0
 -- plot: heatmap cls sep noun verb pronoun subject object negation
 -- labels:
 --   cls: [CLS]

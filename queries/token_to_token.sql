@@ -13,6 +13,7 @@
 --   run is refused (the largest weight over pairs from different rows is not known from kept edges).
 -- parameters:
 --   run: run id (default: the latest run)
+-- needs: dependency relations
 -- plot: heatmap subject_to_verb verb_to_subject noun_to_pronoun pronoun_to_noun
 -- labels:
 --   subject_to_verb: subject → verb

@@ -95,7 +95,10 @@ def test_shared_needs_are_named_by_the_headers():
     assert entry.needs[1].sql == SHARED["cls or bos token"].sql
     tail = "(its tokenizer adds none, e.g. a decoder's): there is no [CLS] row, the answer is empty"
     assert entry.needs[1].message.endswith(tail)
-    assert resolve("feature attention").needs == (ROLES_STORED,)
+    roles, parsed = resolve("feature attention").needs
+    assert roles == ROLES_STORED and parsed.sql == SHARED["dependency relations"].sql and not parsed.fatal
+    assert parsed.message.endswith("which spaCy parses): noun, verb, pronoun, subject and object score 0")
+    assert resolve("token to token").needs == (SHARED["dependency relations"],)
 
 
 HEADER = (
