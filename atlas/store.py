@@ -370,7 +370,10 @@ class Store:
             con.execute("SET enable_progress_bar = false")  # atlas prints its own tables
             return con
         except duckdb.Error as exc:
-            raise AtlasError(f"{self.db}: cannot open the store ({str(exc).splitlines()[0]})") from None
+            why = str(exc).splitlines()[0]
+            if "Conflicting lock" in why:  # DuckDB's own words: another process holds the file read-write
+                why += "; a DuckDB shell beside atlas opens the store with -readonly"
+            raise AtlasError(f"{self.db}: cannot open the store ({why})") from None
 
     def refresh_views(self) -> None:
         """Rewrite the views and the .schema files (after schema.sql changed), holding the writer lock."""

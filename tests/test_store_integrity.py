@@ -271,3 +271,26 @@ def _same(a: list[float | str], b: list[float | str]) -> bool:
         x == y or (isinstance(x, float) and isinstance(y, float) and math.isclose(x, y, rel_tol=1e-12, abs_tol=1e-12))
         for x, y in zip(a, b, strict=True)
     )
+
+
+def test_a_shell_holding_the_store_read_write_is_said_so_with_the_way_beside_it(store_dir):
+    """A DuckDB shell opened read-write locks atlas out: the one line says so and names -readonly."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys; c = duckdb.connect({str(store_dir / 'atlas.duckdb')!r}); "
+            "print('ready', flush=True); sys.stdin.read()",
+        ],  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        result = atlas("runs", "--store", str(store_dir))
+        assert result.exit_code == 1 and "Conflicting lock" in result.output
+        assert result.output.strip().endswith("a DuckDB shell beside atlas opens the store with -readonly)")
+    finally:
+        holder.communicate("")
+    assert atlas("runs", "--store", str(store_dir)).exit_code == 0  # the lock let go
