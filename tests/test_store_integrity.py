@@ -273,8 +273,9 @@ def _same(a: list[float | str], b: list[float | str]) -> bool:
     )
 
 
-def test_a_shell_holding_the_store_read_write_is_said_so_with_the_way_beside_it(store_dir):
+def test_a_shell_holding_the_store_read_write_is_said_so_with_the_way_beside_it(store_dir, tmp_path):
     """A DuckDB shell opened read-write locks atlas out: the one line says so and names -readonly."""
+    store_dir = Path(shutil.copytree(store_dir, tmp_path / "store"))  # a store this process has not opened
     holder = subprocess.Popen(
         [
             sys.executable,
