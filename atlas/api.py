@@ -106,7 +106,10 @@ def queries() -> pl.DataFrame:
             "name": [e.name for e in entries()],
             "aliases": [", ".join(e.aliases) for e in entries()],
             "paper": [e.paper for e in entries()],
-            "parameters": [", ".join(f"{p.name}={p.default}" for p in e.parameters) for e in entries()],
+            "parameters": [
+                ", ".join(f"{p.name}={'REQUIRED' if p.default is None else p.default}" for p in e.parameters)
+                for e in entries()
+            ],
             "macro": [macro_call(e) for e in entries()],  # the same in the DuckDB shell: duckdb STORE/atlas.duckdb
         }
     )
@@ -613,7 +616,7 @@ class Ingested:
 
 
 def ingest(
-    corpus: str | os.PathLike[str] | None,
+    corpus: str | os.PathLike[str] | None = None,
     model: str | None = None,
     store: str | os.PathLike[str] | None = None,
     *,

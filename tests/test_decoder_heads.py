@@ -253,7 +253,7 @@ def test_the_command_line_ingests_repeated_tokens(tmp_path):
 def sample_runs(tmp_path_factory) -> tuple[atlas.Atlas, str, str, str]:
     """The sample decoder and its random init over the default repeated tokens (sparse, as ingested by default)."""
     store = tmp_path_factory.mktemp("induction")
-    trained = atlas.ingest(None, str(INDUCTION), store, format="repeated", progress=False).run_id
+    trained = atlas.ingest(model=str(INDUCTION), store=store, format="repeated", progress=False).run_id  # no corpus
     random = atlas.ingest(None, str(INDUCTION), store, format="repeated", random_init=True, progress=False).run_id
     dense = atlas.ingest(None, str(INDUCTION), store, format="repeated", dense=True, progress=False).run_id
     return atlas.open(store), trained, random, dense
