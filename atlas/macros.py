@@ -8,7 +8,9 @@ same defaults; a run parameter left out (NULL) is the latest run, as in the CLI:
     FROM entropy(run := 'en_ewt...') WHERE layer = 3
 
 A macro runs the entry's SQL text through DuckDB's ``query()`` with each ``$name`` replaced by the
-argument as a typed literal (``'50'::INTEGER``). Plain substitution of the parameter names into the SQL
+argument as a typed literal (``'50'::INTEGER``). Before the entry answers, what atlas checks is checked in the
+same SQL: a run not in the store, and the needs of the entry's header (``atlas.needs``), each refused with
+atlas's message as DuckDB's error. Plain substitution of the parameter names into the SQL
 is not safe: a macro parameter shadows every column of the same name (``task``, ``method``, ``seed``,
 ``direction`` are columns too), and a macro calling another one leaks its parameters into it. The SQL
 file stays the single source: the macros are rewritten with the views, and when the catalogue changes.
@@ -47,7 +49,7 @@ _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $met
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
 RUN_A = Parameter("a", "the reference run", LATEST)
 RUN_B = Parameter("b", "the run compared with a", None)
-VERSION = "2"  # of the generated text; part of the state recorded in atlas_meta
+VERSION = "3"  # of the generated text; part of the state recorded in atlas_meta
 
 
 def macro_name(entry: Entry) -> str:
@@ -124,10 +126,55 @@ def _macro(name: str, parameters: Sequence[Parameter], pieces: list[str]) -> str
 
 
 def macro_sql(entry: Entry) -> str:
-    """CREATE MACRO statement of an entry."""
+    """CREATE MACRO statement of an entry. An entry that takes a run, or needs something of the store (its header's
+    ``needs:``), answers only once they are checked, as atlas checks them: a run that is not in the store and a need
+    not met are refused with the message atlas gives (its parameters as ``name := value``); the answer keeps its
+    order."""
     name = macro_name(entry)
     arguments = {p.name: _argument_sql(name, p) for p in entry.parameters}
-    return _macro(name, entry.parameters, _pieces(entry.sql, arguments))
+    checks = _checks(entry, name, arguments)
+    if not checks:
+        return _macro(name, entry.parameters, _pieces(entry.sql, arguments))
+    sql = entry.sql.rstrip().removesuffix(";")
+    pieces = [_quote("WITH atlas_check AS (SELECT CASE "), *checks, _quote("ELSE true END AS ok) ")]
+    pieces.append(_quote("SELECT * EXCLUDE (atlas_order) FROM (SELECT *, row_number() OVER () AS atlas_order FROM (\n"))
+    pieces += _pieces(sql, arguments)
+    pieces.append(_quote("\n)) WHERE (SELECT ok FROM atlas_check) ORDER BY atlas_order"))
+    return _macro(name, entry.parameters, pieces)
+
+
+def _checks(entry: Entry, macro: str, arguments: dict[str, str]) -> list[str]:
+    """SQL expressions whose concatenation is the ``WHEN ... THEN error(...)`` clauses refusing what atlas refuses
+    before the entry answers: its run not in the store (a run parameter left out: the store without runs), then its
+    needs not met, in its header's order (notes are atlas's alone)."""
+    pieces: list[str] = []
+    if "run" in arguments:
+        run = arguments["run"]
+        no_run = _quote(f"{macro}: run := NULL is the latest run, and the store has no run")
+        pieces += [_quote("WHEN "), run, _quote(f" IS NULL THEN error({no_run}) ")]
+        pieces += [_quote("WHEN NOT EXISTS (SELECT 1 FROM runs WHERE run_id = "), run, _quote(") THEN error(")]
+        pieces += [*_message(f"{macro}: $run: no such run (see FROM runs)", arguments), _quote(") ")]
+    for need in entry.needs:
+        if need.fatal:
+            pieces += [_quote("WHEN coalesce(("), *_pieces(need.sql, arguments), _quote("), 0) = 0 THEN error(")]
+            pieces += [*_message(f"{macro}: {need.message}", arguments), _quote(") ")]
+    return pieces
+
+
+def _message(text: str, arguments: dict[str, str]) -> list[str]:
+    """SQL expressions whose concatenation is an SQL expression giving ``text`` (a need's message) with each
+    ``{name}`` as the argument's value and each ``$name`` as ``name := 'value'``."""
+    pieces: list[str] = []
+    literal, start = "", 0
+    for match in re.finditer(r"\{(\w+)\}|\$(\w+)", text):
+        name, quoted = match.group(1) or match.group(2), match.group(2) is not None
+        if name not in arguments:
+            continue
+        literal += text[start : match.start()] + (f"{name} := '" if quoted else "")
+        pieces += [_quote(_quote(literal) + " || coalesce(CAST("), arguments[name], _quote(" AS VARCHAR), 'NULL') || ")]
+        literal, start = "'" if quoted else "", match.end()
+    pieces.append(_quote(_quote(literal + text[start:])))
+    return pieces
 
 
 def answer_columns(con: duckdb.DuckDBPyConnection, entry: Entry) -> list[tuple[str, str]]:
