@@ -26,7 +26,7 @@ from atlas.cli_options import (
 )
 from atlas.cli_tasks import TASK_COMMANDS
 from atlas.errors import AtlasError, arg
-from atlas.output import emit
+from atlas.output import emit, output_format
 
 # the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text); 'runs[0]' is
 # the first of the runs compared (the CLI's --run), 'heads=False' and 'layers=False' the flags that turn them off
@@ -407,7 +407,12 @@ def query(
             raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")
         click.echo(api.describe(_entry_name(phrase)))
         return
-    emit(_answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master).frame, fmt, out, limit)
+    answer = _answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master)
+    frame = answer.frame
+    if answer.runs and output_format(fmt, out) == "table" and out is None:  # run ids as letters: fits a terminal
+        frame, said = answer.lettered()
+        click.echo(said, err=True)
+    emit(frame, fmt, out, limit)
 
 
 def _entry_name(phrase: str) -> str:

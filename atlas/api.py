@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
-from atlas.compare import check_shapes, compare, key_columns
+from atlas.compare import check_shapes, compare, key_columns, letter, lettered
 from atlas.errors import AtlasError, arg
 from atlas.files import check_folders_above, writing_to
 from atlas.ingestion.corpus_info import check_file
@@ -131,6 +131,12 @@ class Answer:
     title: str
     notes: tuple[str, ...]  # 'note: ...' lines: computed, but not in the paper's setting
     runs: tuple[str, ...] = ()  # a comparison's runs, the first the reference (frame: col@run, col_diff@run)
+
+    def lettered(self) -> tuple[pl.DataFrame, str]:
+        """A comparison's frame with each run's columns named by its letter (``col@A``, ``col_diff@B``), as the
+        terminal shows it, and the line saying which run each letter is."""
+        said = "; ".join(f"@{letter(i)}: {run}" for i, run in enumerate(self.runs))
+        return lettered(self.frame, self.runs), f"columns {said}"
 
 
 class AttentionMap(NamedTuple):

@@ -8,6 +8,7 @@ layer align only between runs of the same shape (layers x heads); other runs are
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 
 import duckdb
@@ -17,6 +18,23 @@ from atlas.catalogue import Entry
 from atlas.errors import AtlasError, arg
 
 HEAD_KEYS = ("layer", "head")
+
+
+def letter(i: int) -> str:
+    """The letter of the ``i``-th run compared: A (the reference), B, ..., then R27, R28, ..."""
+    return string.ascii_uppercase[i] if i < 26 else f"R{i + 1}"
+
+
+def lettered(frame: pl.DataFrame, runs: Sequence[str]) -> pl.DataFrame:
+    """A comparison (``compare``'s frame) with each run's columns named by its letter, ``col@A``, ``col_diff@B``,
+    not by its run id: narrow enough for a terminal's table (the figures name runs so too)."""
+    names = {}
+    for column in frame.columns:
+        for i, run in enumerate(runs):
+            if column.endswith(f"@{run}"):
+                names[column] = f"{column.removesuffix(run)}{letter(i)}"
+                break
+    return frame.rename(names)
 
 
 def key_columns(entry: Entry, columns: pl.DataFrame | Sequence[str]) -> tuple[str, ...]:

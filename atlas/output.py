@@ -311,7 +311,9 @@ def _floor(name: str, cells: list[str], numeric: bool) -> int:
         content = widest
     else:
         content = min(widest, max(_TEXT_MIN, max((_longest_word(c) for c in cells), default=0)))
-    return max(content, min(len(name), max(_NAME_MIN, name.rfind("@") + 1 + _RUN_KEEP)))
+    at = name.rfind("@")
+    run = at >= 0 and len(name) - at - 1 > _RUN_KEEP  # col@run, a run id longer than it keeps (not col@A)
+    return max(content, min(len(name), max(_NAME_MIN, at + 1 + _RUN_KEEP if run else 0)))
 
 
 def _fill(natural: list[int], floors: list[int], room: int) -> list[int] | None:

@@ -25,7 +25,6 @@ run's map beside the other (two runs' MDS coordinates are not comparable: no dif
 
 from __future__ import annotations
 
-import string
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
 
 from atlas.catalogue import Entry
+from atlas.compare import letter
 from atlas.errors import AtlasError, arg
 from atlas.files import check_writable, replacing
 
@@ -227,10 +227,6 @@ def _hbars(df: pl.DataFrame, label: Label, y: str, value: str, baseline: str, *t
 # comparisons of runs: panels name the runs A, B, C, ... in the order given, the first the reference
 
 
-def _letter(i: int) -> str:
-    return string.ascii_uppercase[i] if i < 26 else f"R{i + 1}"
-
-
 def _limits(grids: Sequence[np.ndarray], symmetric: bool = False) -> tuple[float, float] | None:
     """One colour scale over ``grids``: their range, or [-m, m] with m the largest |value| (``symmetric``)."""
     values = np.concatenate([g[np.isfinite(g)] for g in grids])
@@ -257,12 +253,12 @@ def _compare_heatmaps(heads: pl.DataFrame, columns: Sequence[str], runs: Sequenc
         layers = values[0][1]
         limits = _limits([grid for grid, _ in values])
         for i, (ax, run, (grid, _)) in enumerate(zip(row, runs, values, strict=False)):
-            image = _heatmap(ax, grid, layers, f"{column}: {_letter(i)}\n{run}", limits)
+            image = _heatmap(ax, grid, layers, f"{column}: {letter(i)}\n{run}", limits)
         _colour_bar(image, list(row[: len(runs)]), column)
         differences = [_grid(heads, f"{column}_diff@{run}")[0] for run in others]
         limits = _limits(differences, symmetric=True)
         for i, (ax, run, grid) in enumerate(zip(row[len(runs) :], others, differences, strict=True), 1):
-            name = f"{_letter(i)} - A"
+            name = f"{letter(i)} - A"
             image = _heatmap(ax, grid, layers, f"{column}: {name}\n{run}\nminus {first}", limits, DIFFERENCE_MAP)
         _colour_bar(image, list(row[len(runs) :]), f"{column}: difference to A")
     return fig
@@ -279,20 +275,20 @@ def _compare_layers(
     for (top, bottom), column in zip(axes.T, columns, strict=True):
         for i, run in enumerate(runs):
             grid, layers = _grid(heads, f"{column}@{run}")
-            _layer_points(top, grid, layers, f"C{i}", f"C{i}", f"{_letter(i)}: layer mean", spread=0.25)
+            _layer_points(top, grid, layers, f"C{i}", f"C{i}", f"{letter(i)}: layer mean", spread=0.25)
         if baselines and np.allclose(list(baselines.values()), baselines[runs[0]], rtol=1e-9, atol=0):
             top.axhline(baselines[runs[0]], color="black", linestyle="--", linewidth=1, label="uniform attention")
         else:
             for run, baseline in baselines.items():
                 i = runs.index(run)
-                top.axhline(baseline, color=f"C{i}", linestyle="--", linewidth=1, label=f"{_letter(i)}: uniform")
+                top.axhline(baseline, color=f"C{i}", linestyle="--", linewidth=1, label=f"{letter(i)}: uniform")
         _layer_axes(top, layers, column)
         top.legend(loc="best", fontsize=7)
         for i, run in enumerate(runs[1:], 1):
             grid, layers = _grid(heads, f"{column}_diff@{run}")
-            _layer_points(bottom, grid, layers, f"C{i}", f"C{i}", f"{_letter(i)} - A: layer mean", spread=0.25)
+            _layer_points(bottom, grid, layers, f"C{i}", f"C{i}", f"{letter(i)} - A: layer mean", spread=0.25)
         bottom.axhline(0, color="black", linewidth=0.8)
-        _layer_axes(bottom, layers, f"{column}: " + ", ".join(f"{_letter(i)} - A" for i in range(1, len(runs))))
+        _layer_axes(bottom, layers, f"{column}: " + ", ".join(f"{letter(i)} - A" for i in range(1, len(runs))))
         bottom.set_ylabel(f"difference in {top.get_ylabel()}")
         bottom.legend(loc="best", fontsize=7)
     _name_runs(fig, runs)
@@ -306,7 +302,7 @@ def _wrap(text: str, width: int) -> str:
 
 def _name_runs(fig: Figure, runs: Sequence[str]) -> None:
     """Which run each letter of the legends is, under the panels."""
-    text = "; ".join(f"{_letter(i)}: {run}" for i, run in enumerate(runs))
+    text = "; ".join(f"{letter(i)}: {run}" for i, run in enumerate(runs))
     fig.supxlabel(_wrap(text, int(fig.get_figwidth() * 15)), fontsize=8)
 
 
@@ -319,13 +315,13 @@ def _compare_bars(df: pl.DataFrame, x: str, y: str, baseline: str, runs: Sequenc
     positions = np.arange(len(df))
     width = 0.8 / len(runs)
     for i, run in enumerate(runs):
-        top.bar(positions + (i - (len(runs) - 1) / 2) * width, df[f"{y}@{run}"], width, color=f"C{i}", label=_letter(i))
+        top.bar(positions + (i - (len(runs) - 1) / 2) * width, df[f"{y}@{run}"], width, color=f"C{i}", label=letter(i))
         top.axhline(df[f"{baseline}@{run}"][0], color=f"C{i}", linestyle="--", linewidth=1)
     others = runs[1:]
     width = 0.8 / len(others)
     for i, run in enumerate(others, 1):
         offset = (i - 1 - (len(others) - 1) / 2) * width
-        bottom.bar(positions + offset, df[f"{y}_diff@{run}"], width, color=f"C{i}", label=f"{_letter(i)} - A")
+        bottom.bar(positions + offset, df[f"{y}_diff@{run}"], width, color=f"C{i}", label=f"{letter(i)} - A")
     bottom.axhline(0, color="black", linewidth=0.8)
     for ax, ylabel in ((top, y), (bottom, f"difference in {y}")):
         ax.set_xticks(positions, labels)
@@ -343,7 +339,7 @@ def _compare_mds(heads: pl.DataFrame, x: str, y: str, cluster: str, runs: Sequen
     fig = Figure(figsize=(6.0 * len(runs), 5.6), layout="constrained")
     for i, (ax, run) in enumerate(zip(fig.subplots(1, len(runs), squeeze=False)[0], runs, strict=True)):
         rows = heads.filter(pl.col(f"{x}@{run}").is_not_null())
-        _mds_panel(ax, rows, f"{x}@{run}", f"{y}@{run}", f"{cluster}@{run}", f"{_letter(i)}: {run}")
+        _mds_panel(ax, rows, f"{x}@{run}", f"{y}@{run}", f"{cluster}@{run}", f"{letter(i)}: {run}")
     return fig
 
 

@@ -247,3 +247,16 @@ def test_comparison_macro_in_the_duckdb_cli_is_query_compare(runs, tmp_path, nam
     else:
         assert result.returncode != 0, result.stdout
         assert f"b := '{other}': its model has 2 layers x 2 heads, the model of a := '{real}' 6 x 12" in result.stderr
+
+
+def test_the_terminal_names_the_runs_compared_by_letters(runs):
+    """In a terminal's table each run's columns are named by its letter (col@A), a line on stderr saying which run
+    each is; a file or another format keeps the run ids."""
+    root, real, random, _ = runs
+    args = ["query", "entropy", "--run", real, "--compare", random, "--store", root]
+    result = CliRunner().invoke(cli, [*args, "--limit", "2"])
+    assert result.exit_code == 0, result.output
+    assert f"columns @A: {real}; @B: {random}" in result.stderr.splitlines()
+    assert "entropy@A" in result.stdout and "entropy_diff@B" in result.stdout and real not in result.stdout
+    csv = CliRunner().invoke(cli, [*args, "--format", "csv"])
+    assert f"entropy@{real},entropy@{random},entropy_diff@{random}" in csv.stdout.splitlines()[0]
