@@ -29,8 +29,9 @@ def lettered(frame: pl.DataFrame, runs: Sequence[str]) -> pl.DataFrame:
     """A comparison (``compare``'s frame) with each run's columns named by its letter, ``col@A``, ``col_diff@B``,
     not by its run id: narrow enough for a terminal's table (the figures name runs so too)."""
     names = {}
+    longest_first = sorted(enumerate(runs), key=lambda pair: -len(pair[1]))  # 'x@a@b' is a@b's, not b's
     for column in frame.columns:
-        for i, run in enumerate(runs):
+        for i, run in longest_first:
             if column.endswith(f"@{run}"):
                 names[column] = f"{column.removesuffix(run)}{letter(i)}"
                 break

@@ -242,10 +242,10 @@ def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:
 
 
 def macros_state() -> str:
-    """What the macros depend on: the catalogue's SQL files and this generator."""
+    """What the macros depend on: the catalogue's SQL files, their needs and this generator."""
     digest = hashlib.sha256(VERSION.encode())
-    for entry in entries():
-        digest.update(entry.path.name.encode() + b"\0" + entry.sql.encode() + b"\0")
+    for entry in entries():  # the SQL and the needs, whose text a shared one's header only names
+        digest.update(entry.path.name.encode() + b"\0" + entry.sql.encode() + b"\0" + repr(entry.needs).encode())
     return digest.hexdigest()[:16]
 
 

@@ -179,6 +179,10 @@ class StoreBusy(AtlasError):
     """Another process is writing to the store."""
 
 
+class StoreLocked(AtlasError):
+    """Another process (a DuckDB shell) holds the store's DuckDB file as atlas cannot share it."""
+
+
 class Store:
     def __init__(self, root: Path, from_env: bool = False) -> None:
         self.root = root
@@ -371,9 +375,13 @@ class Store:
             return con
         except duckdb.Error as exc:
             why = str(exc).splitlines()[0]
-            if "Conflicting lock" in why:  # DuckDB's own words: another process holds the file read-write
+            if "Conflicting lock" not in why:  # DuckDB's own words: another process holds the file
+                raise AtlasError(f"{self.db}: cannot open the store ({why})") from None
+            if read_only:  # held read-write
                 why += "; a DuckDB shell beside atlas opens the store with -readonly"
-            raise AtlasError(f"{self.db}: cannot open the store ({why})") from None
+            else:  # held at all: atlas writes the file
+                why += "; atlas writes the store now: close the other program (a DuckDB shell) first"
+            raise StoreLocked(f"{self.db}: cannot open the store ({why})") from None
 
     def refresh_views(self) -> None:
         """Rewrite the views and the .schema files (after schema.sql changed), holding the writer lock."""
@@ -396,7 +404,7 @@ class Store:
                     write_macros(con)
                 finally:
                     con.close()
-        except StoreBusy:
+        except (StoreBusy, StoreLocked):  # another process writes, or holds the file (a -readonly shell): later
             pass
 
     def connect(self, sandboxed: bool = False) -> duckdb.DuckDBPyConnection:

@@ -20,6 +20,7 @@ from polars.testing import assert_frame_equal, assert_series_equal
 import atlas
 from atlas.catalogue import resolve
 from atlas.cli import cli
+from atlas.compare import lettered
 from atlas.errors import AtlasError
 from atlas.macros import compare_macro_name
 from atlas.model.load import load_model
@@ -260,3 +261,9 @@ def test_the_terminal_names_the_runs_compared_by_letters(runs):
     assert "entropy@A" in result.stdout and "entropy_diff@B" in result.stdout and real not in result.stdout
     csv = CliRunner().invoke(cli, [*args, "--format", "csv"])
     assert f"entropy@{real},entropy@{random},entropy_diff@{random}" in csv.stdout.splitlines()[0]
+
+
+def test_letters_go_to_the_run_a_column_is_of():
+    """A run id that ends another after an '@' (from a corpus named a@b.conllu) takes only its own columns."""
+    frame = pl.DataFrame({"layer": [1], "e@b__m__h": [0.1], "e@a@b__m__h": [0.2], "e_diff@a@b__m__h": [0.1]})
+    assert lettered(frame, ["b__m__h", "a@b__m__h"]).columns == ["layer", "e@A", "e@B", "e_diff@B"]

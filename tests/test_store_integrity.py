@@ -295,3 +295,33 @@ def test_a_shell_holding_the_store_read_write_is_said_so_with_the_way_beside_it(
     finally:
         holder.communicate("")
     assert atlas("runs", "--store", str(store_dir)).exit_code == 0  # the lock let go
+
+
+def test_a_read_only_shell_lets_atlas_answer_with_macros_to_rewrite(store_dir, tmp_path):
+    """With a -readonly shell open, atlas answers where it would rewrite the macros (a catalogue changed since):
+    they wait for a writer, as they do beside another writer."""
+    store_dir = Path(shutil.copytree(store_dir, tmp_path / "store"))
+    con = Store(store_dir)._open(read_only=False)
+    con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros_state', 'older')")
+    con.close()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb, sys; c = duckdb.connect({str(store_dir / 'atlas.duckdb')!r}, "
+            "read_only=True); print('ready', flush=True); sys.stdin.read()",
+        ],  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        result = atlas("query", "entropy", "--store", str(store_dir), "--format", "csv")
+        assert result.exit_code == 0 and result.stdout.startswith("layer,head,entropy"), result.output
+    finally:
+        holder.communicate("")
+    atlas("runs", "--store", str(store_dir))  # no shell now: the macros are rewritten
+    con = Store(store_dir)._open(read_only=True)
+    assert con.execute("SELECT value FROM atlas_meta WHERE key = 'macros_state'").fetchone()[0] != "older"
+    con.close()
