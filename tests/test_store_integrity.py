@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -273,27 +274,28 @@ def _same(a: list[float | str], b: list[float | str]) -> bool:
     )
 
 
+@contextmanager
+def held(store: Path, read_only: bool) -> Iterator[None]:
+    """The store's DuckDB file held open by another process (as a DuckDB shell holds it) while the block runs."""
+    code = (
+        f"import duckdb, sys; c = duckdb.connect({str(store / 'atlas.duckdb')!r}, read_only={read_only}); "
+        "print('ready', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        yield
+    finally:
+        holder.communicate("")
+
+
 def test_a_shell_holding_the_store_read_write_is_said_so_with_the_way_beside_it(store_dir, tmp_path):
     """A DuckDB shell opened read-write locks atlas out: the one line says so and names -readonly."""
     store_dir = Path(shutil.copytree(store_dir, tmp_path / "store"))  # a store this process has not opened
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, sys; c = duckdb.connect({str(store_dir / 'atlas.duckdb')!r}); "
-            "print('ready', flush=True); sys.stdin.read()",
-        ],  # fmt: skip
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held(store_dir, read_only=False):
         result = atlas("runs", "--store", str(store_dir))
         assert result.exit_code == 1 and "Conflicting lock" in result.output
         assert result.output.strip().endswith("a DuckDB shell beside atlas opens the store with -readonly)")
-    finally:
-        holder.communicate("")
     assert atlas("runs", "--store", str(store_dir)).exit_code == 0  # the lock let go
 
 
@@ -304,23 +306,9 @@ def test_a_read_only_shell_lets_atlas_answer_with_macros_to_rewrite(store_dir, t
     con = Store(store_dir)._open(read_only=False)
     con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('macros_state', 'older')")
     con.close()
-    holder = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"import duckdb, sys; c = duckdb.connect({str(store_dir / 'atlas.duckdb')!r}, "
-            "read_only=True); print('ready', flush=True); sys.stdin.read()",
-        ],  # fmt: skip
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout.readline().strip() == "ready"
+    with held(store_dir, read_only=True):
         result = atlas("query", "entropy", "--store", str(store_dir), "--format", "csv")
         assert result.exit_code == 0 and result.stdout.startswith("layer,head,entropy"), result.output
-    finally:
-        holder.communicate("")
     atlas("runs", "--store", str(store_dir))  # no shell now: the macros are rewritten
     con = Store(store_dir)._open(read_only=True)
     assert con.execute("SELECT value FROM atlas_meta WHERE key = 'macros_state'").fetchone()[0] != "older"
