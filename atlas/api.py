@@ -78,15 +78,12 @@ class AtlasNote(UserWarning):
     stderr)."""
 
 
-def store_path(path: str | os.PathLike[str] | None = None) -> Path:
-    """The store folder: ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store)."""
-    checks.named("store", path, "empty; name the store folder, or leave it out")
-    return Path(path or os.environ.get("ATLAS_STORE") or "atlas-store")
-
-
 def store_at(path: str | os.PathLike[str] | None = None) -> Store:
-    """The store at ``store_path(path)``, named in errors as given: ``store=...`` (``--store``), or $ATLAS_STORE."""
-    return Store(store_path(path), from_env=path is None and bool(os.environ.get("ATLAS_STORE")))
+    """The store at ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store), named in errors as given:
+    ``store=...`` (``--store``), or $ATLAS_STORE."""
+    checks.named("store", path, "empty; name the store folder, or leave it out")
+    env = os.environ.get("ATLAS_STORE")
+    return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
 
 
 def open(path: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Atlas:

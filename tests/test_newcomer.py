@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from atlas.api import store_path
+from atlas.api import store_at
 from atlas.cli import cli
 from atlas.model.identity import default_model_path
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
@@ -85,4 +85,4 @@ def test_every_bad_number_is_refused_alike(args: list[str], tmp_path: Path) -> N
 def test_the_demo_leaves_its_store_where_the_next_command_looks() -> None:
     demo = (ROOT / "scripts" / "demo.sh").read_text()
     default = re.search(r"STORE=\$\{ATLAS_STORE:-([^}]+)\}", demo)
-    assert default is not None and Path(default.group(1)) == store_path(None)
+    assert default is not None and Path(default.group(1)) == store_at(None).root
