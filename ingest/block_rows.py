@@ -18,7 +18,7 @@ import torch
 from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 from atlas.ingestion.stages import stage
-from atlas.ingestion.tensor_rows import _Batch, _edges
+from atlas.ingestion.tensor_rows import _Batch, _edges, continuations
 
 Arrays = dict[str, np.ndarray]
 
@@ -33,17 +33,16 @@ class BlockRows:
         self.batch, self.n = batch, batch.lengths[0]
         self.blocks = row_blocks(batch.token_words[0], max(1, block_weights // (batch.n_heads * self.n)))
         self.words = batch.word_rows[0]  # words with word rows: 0 or 2 or more
-        # on the host: each word's first piece (-1: none of its own), and every other piece of a word with its word
+        # on the host: each word's first piece (-1: none of its own), and every other piece of a word with its word,
+        # by rank (tensor_rows.continuations)
+        token_word = [w if w is not None and w < self.words else None for w in batch.token_words[0]]
         self.first_tok = np.full(self.words, -1, dtype=np.int64)
-        continuations = []
-        for t, w in enumerate(batch.token_words[0]):
-            if w is not None and w < self.words:
-                if self.first_tok[w] < 0:
-                    self.first_tok[w] = t
-                else:
-                    continuations.append((t, w))
-        self.cont_tok, self.cont_word = np.array(continuations, dtype=np.int64).reshape(-1, 2).T
+        for t, w in reversed(list(enumerate(token_word))):
+            if w is not None:
+                self.first_tok[w] = t
+        self.ranks = [(tok[0], word[0]) for tok, word in continuations([token_word], self.words)]
         self.pieceless = bool((self.first_tok < 0).any())
+        self.block_words: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = {}
         self.shape: _Batch | None = None  # the word structure, on the maps' device (made with the first block)
         self.stats: list[dict[str, list[torch.Tensor]]] = []  # per layer, per name, the blocks' [heads, rows]
         self.word_stats: list[dict[str, torch.Tensor]] = []  # per layer: [heads, words]
@@ -112,22 +111,19 @@ class BlockRows:
         device)."""
         shape, w, device = self.shape, self.words, block.device
         heads, rows, n = block.shape
-        mine = np.flatnonzero((self.first_tok >= start) & (self.first_tok < stop))
+        if start not in self.block_words:
+            self.block_words[start] = self._block_words(start, stop, device)
+        mine, first_rows, ranks = self.block_words[start]
         if not len(mine):
             return
-        inside = (self.cont_tok >= start) & (self.cont_tok < stop)
-        tok, word = self.cont_tok[inside] - start, np.searchsorted(mine, self.cont_word[inside])
-        first_rows, tok, word, mine = (torch.from_numpy(a).to(device) for a in (self.first_tok[mine] - start, tok,
-                                                                               word, mine))  # fmt: skip
         # TO a word: the sum over its pieces (columns), as tensor_rows sums them
-        first, cont_tok, cont_word = shape.first[0], shape.cont_tok[0], shape.cont_word[0]
-        to_words = block.gather(-1, first[None, None, :].expand(heads, rows, w + 1))
-        if cont_tok.numel():
-            extra = block.gather(-1, cont_tok[None, None, :].expand(heads, rows, len(cont_tok)))
-            to_words.scatter_add_(-1, cont_word[None, None, :].expand(heads, rows, len(cont_tok)), extra)
+        to_words = block.gather(-1, shape.first[0][None, None, :].expand(heads, rows, w + 1))
+        for cont_tok, cont_word in shape.continuations:
+            extra = block.gather(-1, cont_tok[0][None, None, :].expand(heads, rows, cont_tok.shape[1]))
+            to_words.scatter_add_(-1, cont_word[0][None, None, :].expand(heads, rows, cont_tok.shape[1]), extra)
         # FROM a word: the mean over its pieces (rows), or its first piece's row
         words = to_words.gather(-2, first_rows[None, :, None].expand(heads, len(mine), w + 1))
-        if len(tok) and not shape.first_piece:
+        for tok, word in ranks if not shape.first_piece else ():
             extra = to_words.gather(-2, tok[None, :, None].expand(heads, len(tok), w + 1))
             words.scatter_add_(-2, word[None, :, None].expand(heads, len(tok), w + 1), extra)
         words = words[:, :, :w] * (shape.row_scale[0, mine][:, None] * shape.real[0][None, :])[None]
@@ -142,6 +138,22 @@ class BlockRows:
         better = from_weight > stats["from_weight"]  # ... and of the blocks: an earlier block's stays
         stats["from_weight"] = torch.where(better, from_weight, stats["from_weight"])
         stats["from_word"] = torch.where(better, mine[attending], stats["from_word"])
+
+    def _block_words(
+        self, start: int, stop: int, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The words whose first piece is in the block of rows ``start`` to ``stop`` (all their pieces are), their first
+        pieces' rows in the block, and their other pieces' rows in the block with their places among those words, by
+        rank; found on the host, once for every layer."""
+        mine = np.flatnonzero((self.first_tok >= start) & (self.first_tok < stop))
+        ranks = []
+        for cont_tok, cont_word in self.ranks:
+            inside = (cont_tok >= start) & (cont_tok < stop)
+            if inside.any():
+                tok, word = cont_tok[inside] - start, np.searchsorted(mine, cont_word[inside])
+                ranks.append((torch.from_numpy(tok).to(device), torch.from_numpy(word).to(device)))
+        first_rows, mine_t = (torch.from_numpy(a).to(device) for a in (self.first_tok[mine] - start, mine))
+        return mine_t, first_rows, ranks
 
     def result(self) -> tuple[Arrays, Arrays, Arrays, np.ndarray]:
         """(stats, words, edges, counts) of the input, as ``TensorRows.result`` gives them."""

@@ -9,6 +9,7 @@ the values come as computed, before ``ingest.sparsify`` rounds them to the store
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -34,6 +35,35 @@ def _blocks(n_examples: int, per_example: int, work_weights: int) -> Iterator[tu
         yield start, min(start + step, n_examples)
 
 
+def continuations(token_words: Sequence[Sequence[int | None]], w_max: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The pieces of each input's words after their first, by rank: for the second pieces, then the third, ...,
+    the tokens ``[inputs, k]`` and their words ``[inputs, k]`` (padded with token 0 and the spare unit ``w_max``).
+    A word is at most once in a rank, so that adding a rank's pieces to their words (``scatter_add_``) adds to each
+    word one piece: each word's sum is made in one order, its pieces' (on CUDA, additions to one place come in no
+    fixed order, and a word of three pieces or more summed otherwise from one ingest to the next)."""
+    ranks: list[list[list[tuple[int, int]]]] = []  # rank -> input -> (token, word)
+    for b, tw in enumerate(token_words):
+        seen: dict[int, int] = defaultdict(int)
+        for t, w in enumerate(tw):
+            if w is None:
+                continue
+            if seen[w]:
+                if len(ranks) < seen[w]:
+                    ranks.append([[] for _ in token_words])
+                ranks[seen[w] - 1][b].append((t, w))
+            seen[w] += 1
+    out = []
+    for rank in ranks:
+        width = max(map(len, rank))
+        tok = np.zeros((len(token_words), width), dtype=np.int64)
+        word = np.full((len(token_words), width), w_max, dtype=np.int64)
+        for b, pairs in enumerate(rank):
+            if pairs:
+                tok[b, : len(pairs)], word[b, : len(pairs)] = zip(*pairs, strict=True)
+        out.append((tok, word))
+    return out
+
+
 class _Batch:
     """Per-example facts of a batch as device tensors: lengths, the pieces of each word, target masks."""
 
@@ -46,33 +76,24 @@ class _Batch:
         self.n = torch.tensor(self.lengths, device=device)
         self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
         # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
-        # piece of a word (a "continuation") with its word (padded with the spare unit)
+        # piece of a word (a "continuation") with its word, by rank (``continuations``; padded with the spare unit)
         first = np.zeros((len(lengths), w_max + 1), dtype=np.int64)
         pieces = np.zeros((len(lengths), w_max), dtype=np.float64)
-        continuations: list[list[tuple[int, int]]] = []
         for b, tw in enumerate(token_words):
-            continuations.append([])
             for t, w in enumerate(tw):
-                if w is None:
-                    continue
-                if pieces[b, w]:
-                    continuations[b].append((t, w))
-                else:
-                    first[b, w] = t
-                pieces[b, w] += 1
-        n_cont = max(map(len, continuations))
-        cont_tok = np.zeros((len(lengths), n_cont), dtype=np.int64)
-        cont_word = np.full((len(lengths), n_cont), w_max, dtype=np.int64)
-        for b, pairs in enumerate(continuations):
-            if pairs:
-                cont_tok[b, : len(pairs)], cont_word[b, : len(pairs)] = zip(*pairs, strict=True)
+                if w is not None:
+                    if not pieces[b, w]:
+                        first[b, w] = t
+                    pieces[b, w] += 1
         real = np.arange(w_max) < np.array(n_words)[:, None]
         pieceless = real & (pieces == 0)  # a word of the input without pieces of its own
         pieces[pieces == 0] = 1  # those, and words past an input's own
         self.first_piece = first_piece
-        self.first, self.cont_tok, self.cont_word = (
-            torch.from_numpy(a).to(device) for a in (first, cont_tok, cont_word)
-        )
+        self.first = torch.from_numpy(first).to(device)
+        self.continuations = [
+            (torch.from_numpy(tok).to(device), torch.from_numpy(word).to(device))
+            for tok, word in continuations(token_words, w_max)
+        ]
         # FROM a word the mean over its pieces (or its first piece's row): each word's row scaled by this, 0 past the
         # input's own words, and each column by ``real`` (1 for the input's own words, else 0); with ``whole``, the
         # product [batch, words, words] (an input read by rows takes a block's rows of it: ingest.block_rows)
@@ -202,18 +223,18 @@ def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> di
     (words past an input's own are filler). Each word's first piece is gathered, its other pieces added to it."""
     examples, heads, n, _ = block.shape
     w = batch.w_max
-    first, cont_tok, cont_word = batch.first[start:stop], batch.cont_tok[start:stop], batch.cont_word[start:stop]
-    n_cont = cont_tok.shape[1]
-    # TO a word: the sum over its pieces (columns)
+    first = batch.first[start:stop]
+    ranks = [(tok[start:stop], word[start:stop]) for tok, word in batch.continuations]
+    # TO a word: the sum over its pieces (columns), its first piece's weight, then its second's added, ...
     to_words = block.gather(-1, first[:, None, None, :].expand(examples, heads, n, w + 1))
-    if n_cont:
-        extra = block.gather(-1, cont_tok[:, None, None, :].expand(examples, heads, n, n_cont))
-        to_words.scatter_add_(-1, cont_word[:, None, None, :].expand(examples, heads, n, n_cont), extra)
+    for tok, word in ranks:
+        extra = block.gather(-1, tok[:, None, None, :].expand(examples, heads, n, tok.shape[1]))
+        to_words.scatter_add_(-1, word[:, None, None, :].expand(examples, heads, n, tok.shape[1]), extra)
     # FROM a word: the mean over its pieces (rows), or its first piece's row
     words = to_words.gather(-2, first[:, None, :, None].expand(examples, heads, w + 1, w + 1))
-    if n_cont and not batch.first_piece:
-        extra = to_words.gather(-2, cont_tok[:, None, :, None].expand(examples, heads, n_cont, w + 1))
-        words.scatter_add_(-2, cont_word[:, None, :, None].expand(examples, heads, n_cont, w + 1), extra)
+    for tok, word in ranks if not batch.first_piece else ():
+        extra = to_words.gather(-2, tok[:, None, :, None].expand(examples, heads, tok.shape[1], w + 1))
+        words.scatter_add_(-2, word[:, None, :, None].expand(examples, heads, tok.shape[1], w + 1), extra)
     # words past an input's own are 0 (never above a real word's weight, and after every real word: never chosen)
     words = words[:, :, :w, :w] * batch.word_scale[start:stop, None]
     if batch.word_mask is not None:

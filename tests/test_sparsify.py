@@ -226,6 +226,28 @@ def test_the_compiled_pass_gives_the_rows_of_the_tensor_operations(monkeypatch, 
                 np.testing.assert_allclose(got, want, rtol=0, atol=MASS_STEP if sparse else 1e-6, err_msg=name)
 
 
+def test_a_word_is_summed_from_its_pieces_in_their_order():
+    """The pieces after a word's first come by rank (second pieces, third pieces, ...), a word at most once in a rank:
+    so a word's sum adds its pieces in their order on every device (on CUDA, additions to one place in one
+    ``scatter_add_`` come in no fixed order); padding goes to the spare unit."""
+    token_words = [[None, 0, 0, 1, 2, 2, 2, 2, None], [0, 1, 1, 1, None], [None, 0, None]]
+    ranks = tensor_rows.continuations(token_words, 3)
+    assert len(ranks) == 3  # word 2 of the first input has three pieces after its first
+    added: list[list[tuple[int, int]]] = [[] for _ in token_words]
+    for tok, word in ranks:
+        assert tok.shape == word.shape and tok.shape[0] == len(token_words)
+        for b in range(len(token_words)):
+            real = word[b] < 3
+            assert len(set(word[b][real].tolist())) == real.sum(), "a word at most once in a rank"
+            assert (word[b][~real] == 3).all() and (tok[b][~real] == 0).all(), "padding: the spare unit"
+            added[b].extend(zip(tok[b][real].tolist(), word[b][real].tolist(), strict=True))
+    for b, tw in enumerate(token_words):
+        later = [(t, w) for t, w in enumerate(tw) if w is not None and tw.index(w) != t]
+        assert sorted(added[b]) == later, "every piece after a word's first, once"
+        for w in {v for v in tw if v is not None}:
+            assert [t for t, v in added[b] if v == w] == [t for t, v in later if v == w], "in the pieces' order"
+
+
 def test_long_inputs_rank_by_integer_keys_alike(monkeypatch):
     """With tensor operations, inputs longer than float32 keys can hold rank by int64 keys: the same edges."""
     inputs = [random_attention(22, n=33, scale=2)]
