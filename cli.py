@@ -25,7 +25,7 @@ from atlas.cli_options import (
     store_option,
 )
 from atlas.cli_tasks import TASK_COMMANDS
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, arg, note_cli_text
 from atlas.output import emit, output_format
 
 # the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text); 'runs[0]' is
@@ -454,7 +454,7 @@ def _answer(
         answer = st.answer(name, None if compare else run, runs, figure=figure, **values)
     click.echo(answer.title, err=True)
     for note in answer.notes:
-        click.echo(note, err=True)
+        click.echo(note_cli_text(note), err=True)
     return answer
 
 

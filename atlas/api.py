@@ -40,7 +40,7 @@ from tqdm import tqdm
 from atlas import checks
 from atlas.catalogue import Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, api_text, arg
 from atlas.files import check_folders_above, writing_to
 from atlas.ingestion.corpus_info import check_file
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
@@ -594,7 +594,7 @@ def _chosen(name: str) -> Entry:
     """The entry ``name`` names; where close words chose it, an ``AtlasNote`` says which."""
     entry, said = choose(name)
     if said is not None:
-        warnings.warn(said, AtlasNote, stacklevel=3)
+        warnings.warn(api_text(said), AtlasNote, stacklevel=3)
     return entry
 
 

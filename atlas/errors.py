@@ -2,7 +2,10 @@
 
 A message names a parameter with ``arg``: ``str(error)`` says it as the Python API's parameter
 (``kept_mass=2: ...``), ``error.cli_text()`` as the command line's option (``--kept-mass 2: ...``), so that
-each surface speaks its own words. The CLI prints the latter on one line and exits 1.
+each surface speaks its own words. The CLI prints the latter on one line and exits 1. A message written in the
+command line's words (a catalogue entry's refusal or need: ``run 'atlas distances --run R' first``, ``ingest with
+--dense``) is said by the API as its calls and arguments (``run Atlas.distances(run='R') first``, ``dense=True``):
+``api_phrases``.
 """
 
 from __future__ import annotations
@@ -21,27 +24,105 @@ def arg(name: str, value: object = None, *, query: bool = False) -> str:
     return f"{_OPEN}{_QUERY if query else ''}{name}{_MID}{'' if value is None else value}{_CLOSE}"
 
 
+# the command line's words in a message, said by the API as its own: a command quoted whole, or an ingest's option
+_PHRASE = re.compile(
+    f"'atlas ([a-z]+)((?: [^'{_OPEN}{_CLOSE} ]+)*)'"  # 'atlas distances --run R'
+    r"|(?<![\w-])--(?:(dense)|(format|pack) ([a-z]+))\b"  # --dense, --pack window
+)
+_COMMANDS = {  # command -> the API's call
+    "ingest": "atlas.ingest", "queries": "atlas.queries", "finetune": "atlas.finetune", "ablate": "atlas.ablate",
+    "importance": "atlas.importance", "grads": "atlas.grads", "runs": "Atlas.runs", "rm": "Atlas.remove",
+    "query": "Atlas.query", "distances": "Atlas.distances", "patterns": "Atlas.patterns", "probe": "Atlas.probe",
+}  # fmt: skip
+_OPTIONS = {"train": "train_run", "eval": "eval_run", "compare": "runs"}  # option -> the API's argument, if not alike
+_PLACEHOLDERS = {"RUN"}  # a value to be given
+_WITHOUT_VALUE = {"compare": "[...]"}  # an option named without its value: the API's argument, if not a flag (True)
+
+
+def _value(text: str) -> str:
+    return text if text in _PLACEHOLDERS else repr(text)  # a placeholder as it is, a value quoted
+
+
+def _option(name: str, value: str | None) -> str:
+    key = _OPTIONS.get(name, name.replace("-", "_"))
+    return f"{key}={_value(value) if value is not None else _WITHOUT_VALUE.get(name, 'True')}"
+
+
+def _api_phrase(match: re.Match[str]) -> str:
+    """A phrase of ``_PHRASE`` in the API's words (a command the API has no call for: as it is)."""
+    if match.group(3) or match.group(4):  # an ingest's option
+        return _option(match.group(3), None) if match.group(3) else _option(match.group(4), match.group(5))
+    if match.group(1) not in _COMMANDS:
+        return match.group(0)
+    words, args = match.group(2).split(), []
+    while words:
+        word = words.pop(0)
+        if not word.startswith("--"):
+            args.append(_value(word))
+        elif words and not words[0].startswith("--"):
+            args.append(_option(word[2:], words.pop(0)))
+        else:
+            args.append(_option(word[2:], None))
+    return f"{_COMMANDS[match.group(1)]}({', '.join(args)})"
+
+
+def api_phrases(text: str) -> str:
+    """``text``, written in the command line's words, with each command quoted whole (``'atlas runs'``) and each
+    option of an ingest (``--dense``, ``--format X``, ``--pack X``) as the API's call or argument."""
+    return _PHRASE.sub(_api_phrase, text)
+
+
 def _api_words(match: re.Match[str]) -> str:
     name, value = match.group(1).removeprefix(_QUERY), match.group(2)
     return f"{name}={value}" if value else name
+
+
+def api_text(text: str) -> str:
+    """A message (parameters marked with ``arg``, commands in the command line's words) in the API's words."""
+    return _ARG.sub(_api_words, api_phrases(text))
+
+
+def cli_words(text: str, flags: Mapping[str, str] | None = None) -> str:
+    """A message (parameters marked with ``arg``) in the command line's words (``flags``: API name -> option, where
+    the option is not ``--`` and the name with dashes)."""
+    flags = flags or {}
+
+    def option(match: re.Match[str]) -> str:
+        name, value = match.group(1), match.group(2)
+        if name.startswith(_QUERY):
+            return f"--param {name.removeprefix(_QUERY)}" + (f"={value}" if value else "")
+        flag = flags.get(name, "--" + name.replace("_", "-"))
+        return f"{flag} {value}" if value else flag
+
+    return _ARG.sub(option, text)
+
+
+class Note(str):
+    """A note beside an answer: the text (``str``) in the API's words, ``cli_text()`` in the command line's."""
+
+    _marked: str
+
+    def __new__(cls, text: str) -> Note:
+        note = super().__new__(cls, api_text(text))
+        note._marked = text
+        return note
+
+    def cli_text(self) -> str:
+        return cli_words(self._marked)
+
+
+def note_cli_text(note: str) -> str:
+    """A note (``Note`` or text) in the command line's words."""
+    return note.cli_text() if isinstance(note, Note) else note
 
 
 class AtlasError(Exception):
     """An error caused by the user's input (file, argument, store), not by a bug."""
 
     def __str__(self) -> str:
-        return _ARG.sub(_api_words, super().__str__())
+        return api_text(super().__str__())
 
     def cli_text(self, flags: Mapping[str, str] | None = None) -> str:
         """The message with each parameter named as the CLI's option (``flags``: API name -> option, where the
         option is not ``--`` and the name with dashes)."""
-        flags = flags or {}
-
-        def cli_words(match: re.Match[str]) -> str:
-            name, value = match.group(1), match.group(2)
-            if name.startswith(_QUERY):
-                return f"--param {name.removeprefix(_QUERY)}" + (f"={value}" if value else "")
-            flag = flags.get(name, "--" + name.replace("_", "-"))
-            return f"{flag} {value}" if value else flag
-
-        return _ARG.sub(cli_words, super().__str__())
+        return cli_words(super().__str__(), flags)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import duckdb
 
 from atlas.catalogue import Entry, named_parameters, resolve
-from atlas.errors import AtlasError
+from atlas.errors import AtlasError, Note
 from atlas.needs import ROLES_STORED, SHARED, Need
 
 __all__ = ["ROLES_STORED", "SHARED", "Need", "check", "check_with"]
@@ -45,5 +45,5 @@ def check_with(entry: Entry, params: dict[str, object], count: Callable[[Need], 
         message = named_parameters(need.message.format(**params), params)
         if need.fatal:
             raise AtlasError(message)
-        notes.append(f"note: {message}")
+        notes.append(Note(f"note: {message}"))
     return notes

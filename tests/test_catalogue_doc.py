@@ -68,15 +68,19 @@ def empty_store() -> duckdb.DuckDBPyConnection:
 
 def test_a_renamed_entry_is_checked_and_compared_by_its_header(tmp_path, empty_store):
     distances = _renamed(resolve("head distances"), tmp_path)
-    with pytest.raises(AtlasError, match=r"^'head distances' of run r1 are not computed yet: run 'atlas distances"):
+    with pytest.raises(
+        AtlasError, match=r"^'head distances' of run r1 are not computed yet: run Atlas.distances\(run='r1'\) first$"
+    ) as raised:
         check(empty_store, distances, {"run": "r1"})
+    assert raised.value.cli_text().endswith("not computed yet: run 'atlas distances --run r1' first")  # the CLI's words
     notes = check(empty_store, _renamed(resolve("sep to sep"), tmp_path), {"run": "r1"})
     assert notes == [
         "note: run r1's inputs hold no special token of role sep or eos (its tokenizer adds none, e.g. a "
         "decoder's): sep_sep, to_itself and to_other_sep are empty, rest_sep is 0",
         "note: run r1 has no two-segment inputs, so every input has one [SEP] (the paper's inputs are [CLS] a "
-        "[SEP] b [SEP]: ingest with --pack pair)",
+        "[SEP] b [SEP]: ingest with pack='pair')",
     ]
+    assert notes[1].cli_text().endswith(": ingest with --pack pair)")  # the CLI's words
     best = _renamed(resolve("best head per dependency relation"), tmp_path)
     assert key_columns(best, ["relation", "best_head", "layer"]) == ("relation",)
     coreference = _renamed(resolve("coreference heads"), tmp_path)

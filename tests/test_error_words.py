@@ -4,6 +4,7 @@ the command line's as its options (``--kept-mass 2:``); see ``atlas.errors``."""
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import atlas
+from atlas import errors
 from atlas.api_tasks import ablate
 from atlas.cli import FLAGS, cli
 from atlas.errors import AtlasError
@@ -283,3 +285,39 @@ def test_runs_of_other_shapes_compared(run, tmp_path):
     assert str(error).startswith(f"runs='{other}': its model has 2 layers x 2 heads")
     line = cli_line("query", "entropy", "--store", str(root), "--run", run_id, "--compare", other)
     assert line.startswith(f"Error: --compare '{other}': its model has 2 layers x 2 heads")
+
+
+def test_commands_are_said_as_the_apis_calls(run):
+    """A message in the command line's words (a command quoted whole, an ingest's option) is said by the API as its
+    calls and arguments, by the command line as written: an entry's need, its SQL's own refusal, a note, atlas's
+    own messages."""
+    root, run_id = run
+    cases = [  # entry, its parameters: the API's words, the command line's
+        ("head distances", {"run": run_id}, f"Atlas.distances(run='{run_id}') first",
+         f"'atlas distances --run {run_id}' first"),
+        ("token to token", {"run": run_id}, "ingest with dense=True", "ingest with --dense"),  # refused by its SQL
+        ("special tokens", {"run": "nope"}, "(see Atlas.runs())", "(see 'atlas runs')"),
+    ]  # fmt: skip
+    with atlas.open(root) as st:
+        for name, params, api_words, cli_words in cases:
+            assert str(api_error(st.query, name, **params)).endswith(api_words), name
+            args = [word for key, value in params.items() for word in (f"--{key}", value)]
+            assert cli_line("query", name, "--store", str(root), *args).endswith(cli_words), name
+        with pytest.warns(atlas.AtlasNote, match=r"ingest with pack='pair'\)$"):
+            st.query("sep to sep", run=run_id)
+    result = CliRunner().invoke(cli, ["query", "sep to sep", "--store", str(root), "--run", run_id])
+    assert result.exit_code == 0 and "ingest with --pack pair)" in result.stderr
+
+
+def test_every_command_said_is_an_api_call():
+    """The API's call for each command a message may name exists, with the arguments its options become."""
+    for command, call in errors._COMMANDS.items():
+        assert command in cli.commands, command
+        owner, name = call.split(".")
+        assert callable(getattr(atlas if owner == "atlas" else atlas.Atlas, name)), call
+    assert {"train_run", "eval_run"} <= set(inspect.signature(atlas.Atlas.probe).parameters)
+    assert "runs" in inspect.signature(atlas.Atlas.query).parameters
+    assert (
+        errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense")
+        == "see 'atlas nosuch --x' or 'atlas' and x--dense"
+    )

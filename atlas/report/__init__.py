@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from atlas import checks
 from atlas.catalogue import Entry, entries
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, arg, note_cli_text
 from atlas.files import check_writable, replacing
 from atlas.plot import figure
 from atlas.report.explorer import chosen_examples, run_payload
@@ -109,14 +109,14 @@ def _block(st: Atlas, entry: Entry, params: dict[str, str]) -> Block:
     try:
         answer = st.answer(entry.name, **params)
     except AtlasError as exc:
-        return Block(asked, "", str(exc))
+        return Block(asked, "", exc.cli_text())  # the report says what to run in the command line's words
     if answer.frame.is_empty():
         return Block(answer.title, "", "no rows")
-    notes = "".join(f'<p class="note">{esc(note)}</p>' for note in answer.notes)
+    notes = "".join(f'<p class="note">{esc(note_cli_text(note))}</p>' for note in answer.notes)
     picture = ""
     if entry.plot:
         try:
             picture = png(figure(entry, answer.frame, answer.title))
         except AtlasError as exc:
-            picture = f'<p class="note">no figure: {esc(exc)}</p>'
+            picture = f'<p class="note">no figure: {esc(exc.cli_text())}</p>'
     return Block(answer.title, notes + picture + table(answer.frame))
