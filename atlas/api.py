@@ -38,7 +38,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from atlas import checks
-from atlas.catalogue import Entry, choose, entries, run_entry
+from atlas.catalogue import RUN_PARAMS, Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
 from atlas.errors import AtlasError, api_text, arg
 from atlas.files import check_folders_above, writing_to
@@ -56,8 +56,6 @@ if TYPE_CHECKING:
 
     from atlas.report import Report
 
-# catalogue parameters holding a run id: of an ingested run (the runs table), or of any run with results
-RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 FORMATS = ("conllu", "glue", "framenet", "text", "repeated")  # the corpora --format reads (repeated: drawn, no file)
 
 

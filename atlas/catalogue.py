@@ -76,6 +76,8 @@ _SQL = re.compile(r"(SELECT|WITH)\b", re.IGNORECASE)
 _DEFAULT = re.compile(r"\(default: ([^)]*)\)\s*$")
 _STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "at", "from", "with", "vs"}
 _STOP |= {"what", "which", "how", "does", "do", "is", "are", "it", "its", "much", "many"}
+# the parameters holding a run id: of an ingested run (the runs table), or of any run with results (a task model's)
+RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL (raise_error on Spark)
 _ENGINE_CLASS = re.compile(r"(?:[A-Za-z]+ )+Error: ")  # DuckDB's 'Binder Error: ', 'Invalid Input Error: ', ...
 

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from atlas.catalogue import Entry, Parameter, entries
+from atlas.catalogue import RUN_PARAMS, Entry, Parameter, entries
 from atlas.compare import HEAD_KEYS, key_columns
 from atlas.errors import AtlasError
 
@@ -49,7 +49,8 @@ _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $met
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
 RUN_A = Parameter("a", "the reference run", LATEST)
 RUN_B = Parameter("b", "the run compared with a", None)
-VERSION = "3"  # of the generated text; part of the state recorded in atlas_meta
+ELSE_TRUE = "ELSE true END AS ok"  # the end of a check's CASE
+VERSION = "4"  # of the generated text; part of the state recorded in atlas_meta
 
 
 def macro_name(entry: Entry) -> str:
@@ -149,11 +150,27 @@ def _checks(entry: Entry, macro: str, arguments: dict[str, str]) -> list[str]:
     needs not met, in its header's order (notes are atlas's alone)."""
     pieces: list[str] = []
     if "run" in arguments:
-        run = arguments["run"]
         no_run = _quote(f"{macro}: run := NULL is the latest run, and the store has no run")
-        pieces += [_quote("WHEN "), run, _quote(f" IS NULL THEN error({no_run}) ")]
-        pieces += [_quote("WHEN NOT EXISTS (SELECT 1 FROM runs WHERE run_id = "), run, _quote(") THEN error(")]
-        pieces += [*_message(f"{macro}: $run: no such run (see FROM runs)", arguments), _quote(") ")]
+        pieces += [_quote("WHEN "), arguments["run"], _quote(f" IS NULL THEN error({no_run}) ")]
+    return pieces + _run_checks(macro, arguments) + _need_checks(entry, macro, arguments)
+
+
+def _run_checks(macro: str, arguments: dict[str, str]) -> list[str]:
+    """The ``WHEN`` clauses refusing each argument naming an ingested run (``RUN_PARAMS``) that is not in the store
+    (but run, an empty one names none: select_run's default)."""
+    pieces: list[str] = []
+    for name in (name for name, kind in RUN_PARAMS.items() if kind == "runs" and name in arguments):
+        value = arguments[name]
+        given = [] if name == "run" else [_quote("coalesce("), value, _quote(", '') <> '' AND ")]
+        pieces += [_quote("WHEN "), *given, _quote("NOT EXISTS (SELECT 1 FROM runs WHERE run_id = "), value]
+        pieces += [_quote(") THEN error(")]
+        pieces += [*_message(f"{macro}: ${name}: no such run (see FROM runs)", arguments), _quote(") ")]
+    return pieces
+
+
+def _need_checks(entry: Entry, macro: str, arguments: dict[str, str]) -> list[str]:
+    """The ``WHEN`` clauses refusing the entry's needs not met, in its header's order (notes are atlas's alone)."""
+    pieces: list[str] = []
     for need in entry.needs:
         if need.fatal:
             pieces += [_quote("WHEN coalesce(("), *_pieces(need.sql, arguments), _quote("), 0) = 0 THEN error(")]
@@ -196,9 +213,21 @@ def compare_macro_sql(entry: Entry, columns: Sequence[tuple[str, str]]) -> str:
         pieces += _pieces(sql, {**arguments, "run": _argument_sql(name, run)})
         pieces.append(_quote("\n)), "))
     pieces += [_quote("atlas_ids AS (SELECT "), _argument_sql(name, RUN_A), _quote(" AS a, ")]
-    pieces += [_argument_sql(name, RUN_B), _quote(f" AS b), atlas_check AS ({_check_sql(entry, name, keys)}) ")]
+    pieces += [_argument_sql(name, RUN_B), _quote(" AS b), atlas_check AS (")]
+    pieces += [*_compare_checks(entry, name, keys, arguments), _quote(") ")]
     pieces.append(_quote(_select_sql(keys, columns)))
     return _macro(name, (RUN_A, RUN_B, *(p for p in entry.parameters if p.name != "run")), pieces)
+
+
+def _compare_checks(entry: Entry, macro: str, keys: Sequence[str], arguments: dict[str, str]) -> list[str]:
+    """SQL expressions whose concatenation is a query of one row, true, when runs a and b (atlas_ids) can be
+    compared; else the error saying why, as atlas: a run not in the store, the same run twice, models of other
+    shapes, the entry's other run parameters (``arguments``: all but run), then its needs, for a, then for b."""
+    clauses = _run_checks(macro, arguments)
+    for run in (RUN_A, RUN_B):
+        clauses += _need_checks(entry, macro, {**arguments, "run": _argument_sql(macro, run)})
+    head, tail = _check_sql(entry, macro, keys).split(ELSE_TRUE)
+    return [_quote(head), *clauses, _quote(ELSE_TRUE + tail)]
 
 
 def _check_sql(entry: Entry, macro: str, keys: Sequence[str]) -> str:
@@ -220,7 +249,7 @@ def _check_sql(entry: Entry, macro: str, keys: Sequence[str]) -> str:
         f"SELECT CASE WHEN i.a IS NULL THEN error({no_run}) "
         f"WHEN ra.run_id IS NULL THEN error(format({missing}, 'a', i.a)) "
         f"WHEN rb.run_id IS NULL THEN error(format({missing}, 'b', i.b)) "
-        f"WHEN i.a = i.b THEN error({same}) {shapes}ELSE true END AS ok "
+        f"WHEN i.a = i.b THEN error({same}) {shapes}{ELSE_TRUE} "
         "FROM atlas_ids i LEFT JOIN runs ra ON ra.run_id = i.a LEFT JOIN runs rb ON rb.run_id = i.b"
     )
 

@@ -224,3 +224,26 @@ def test_a_macro_of_sql_with_non_ascii_text(store, tmp_path):
         con.execute(macro_sql(odd))
         got, want = con.execute(f"FROM {macro_name(odd)}()").pl(), con.execute("FROM entropy()").pl()
     assert_frame_equal(got, want, check_exact=False, rel_tol=1e-12)  # DuckDB's parallel sums: last bits
+
+
+def test_run_parameters_and_each_runs_needs_are_checked_as_in_atlas(store, tmp_path):
+    """Every parameter naming a run (base, tuned, select_run; not an empty select_run, its default) is checked as run
+    is; a comparison checks the entry's needs for each of its runs, as atlas answers each."""
+    root, sparse, dense = store
+    for sql, message in (
+        (f"FROM fine_tuning_change(base := 'nope', tuned := '{dense}')", "base := 'nope': no such run (see FROM runs)"),
+        (f"FROM fine_tuning_change(base := '{dense}', tuned := 'nope')", "tuned := 'nope': no such run"),
+        ("FROM coreference_heads(select_run := 'nope')", "coreference_heads: select_run := 'nope': no such run"),
+        ("FROM coreference_heads()", f"run {dense} has no coreference mentions"),  # select_run '': the run itself
+    ):
+        result = shell(root / "atlas.duckdb", sql, tmp_path)
+        assert result.returncode != 0 and message in result.stderr, (sql, result.stderr)
+    other = tmp_path / "store"
+    parsed = atlas.ingest(cut_conllu(EWT_SAMPLE, 3, tmp_path / "three.conllu"), store=other, progress=False).run_id
+    drawn = atlas.ingest(None, store=other, format="repeated", length=4, count=2, random_init=True, progress=False)
+    with atlas.open(other) as st, pytest.raises(AtlasError) as raised:
+        st.query("best head per dependency relation", runs=[parsed, drawn.run_id])
+    assert f"run {drawn.run_id} has no dependency relations" in str(raised.value)
+    sql = f"FROM compare_best_head_per_dependency_relation(a := '{parsed}', b := '{drawn.run_id}')"
+    result = shell(other / "atlas.duckdb", sql, tmp_path)
+    assert result.returncode != 0 and f"run {drawn.run_id} has no dependency relations" in result.stderr, result.stderr

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from atlas.catalogue import REFUSAL, Entry, refusal_line, resolve
+from atlas.catalogue import REFUSAL, RUN_PARAMS, Entry, refusal_line, resolve
 from atlas.errors import AtlasError, arg
 from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
@@ -28,8 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 INSTALL = "pip install 'attention-atlas[spark]'"
-# the parameters holding a run id (as atlas.api.RUN_PARAMS): of an ingested run (runs), or of any run with results
-RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 LATEST_SQL = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1"  # as Store.latest_run
 
 # Spark's message: '[ERROR_CLASS] text SQLSTATE: P0001', on the first line or, raised in a task, a later one
