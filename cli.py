@@ -36,6 +36,7 @@ FLAGS = {
     "runs": "--compare",
     "runs[0]": "--run",
     "figure": "--out",
+    "master": "--spark-master",
     "heads=False": "--no-heads",
     "layers=False": "--no-layers",
 }

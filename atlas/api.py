@@ -76,6 +76,7 @@ class AtlasNote(UserWarning):
     stderr)."""
 
 
+@checks.typed
 def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     """The store at ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store), named in errors as given:
     ``store=...`` (``--store``), or $ATLAS_STORE."""
@@ -84,6 +85,7 @@ def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
 
 
+@checks.typed
 def open(path: str | os.PathLike[str] | None = None, *, must_exist: bool = True) -> Atlas:
     """Open a store (``path``, else $ATLAS_STORE, else ./atlas-store); fails when there is none unless
     ``must_exist`` is False (a store that holds only interrupted ingests, or none: see ``Atlas.runs``)."""
@@ -110,6 +112,7 @@ def queries() -> pl.DataFrame:
     )
 
 
+@checks.typed
 def describe(name: str) -> str:
     """A catalogue entry's SQL file, as ``queries/`` holds it: its header (name, aliases, paper, description,
     parameters, what it needs first, notes, keys, figure) and its SQL (``name``: a name, an alias or close
@@ -180,6 +183,7 @@ class Atlas:
 
     # runs
 
+    @checks.typed
     def runs(self, unfinished: bool = False) -> pl.DataFrame:
         """The runs, with what tells them apart (weights, seed, max length, kept mass, pack); ``unfinished``:
         the interrupted ingests instead (re-run the same ingest to resume one)."""
@@ -196,6 +200,7 @@ class Atlas:
     def latest_run(self) -> str:
         return self.store.latest_run(self.connection)
 
+    @checks.typed
     def run_id(self, run: str | None = None, param: str = "run", kind: str = "runs", *, query: bool = False) -> str:
         """``run`` if the store holds it (kind 'runs': an ingested run; 'any': also a task model's results),
         else the latest ingested run when ``run`` is None; an unknown one is refused naming ``param``, the
@@ -227,6 +232,7 @@ class Atlas:
         """The analysis catalogue (as ``atlas.queries()``)."""
         return queries()
 
+    @checks.typed
     def answer(
         self,
         name: str,
@@ -295,6 +301,7 @@ class Atlas:
         notes = tuple(dict.fromkeys(n for a in answers.values() for n in a.notes))
         return Answer(entry, compare(entry, frames), title, notes, tuple(runs))
 
+    @checks.typed
     def query(
         self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
     ) -> pl.DataFrame:
@@ -304,6 +311,7 @@ class Atlas:
         _warn(answer.notes)
         return answer.frame
 
+    @checks.typed
     def plot(self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object) -> Figure:
         """The entry's paper-style figure, titled with the entry and the runs that answered (``atlas plot``
         saves this figure); ``runs``: two or more runs compared, panels side by side on one colour scale and
@@ -323,6 +331,7 @@ class Atlas:
         with self.store.writing(), self.store.transaction():
             yield
 
+    @checks.typed
     def distances(
         self,
         run: str | None = None,
@@ -344,6 +353,7 @@ class Atlas:
             compute(self.store, run_id, examples, clusters, progress=progress, model=model)
         return run_id
 
+    @checks.typed
     def probe(
         self,
         train_run: str,
@@ -381,6 +391,7 @@ class Atlas:
         with self._writing():
             return pl.DataFrame(run(self.store, train_run, eval_run, settings, progress=progress, model=model))
 
+    @checks.typed
     def patterns(
         self, run: str | None = None, labels: str | os.PathLike[str] | None = None, model: str | None = None
     ) -> Classed:
@@ -404,10 +415,13 @@ class Atlas:
             n = classify(self.store, run_id)
         return Classed(run_id, n, None, dict(THRESHOLDS))
 
+    @checks.typed
     def remove(self, *run_ids: str) -> dict[str, str]:
         """Remove runs and every result stored with them, or discard interrupted ingests, each in one atomic step,
         once every one is found (else nothing is removed); returns which each was ('run' or 'unfinished
         ingest'), by run id."""
+        if not run_ids:
+            raise AtlasError(f"{arg('run_ids')}: none given; name the runs to remove (see 'atlas runs')")
         if not self.store.exists():
             raise AtlasError(f"{self.store.named}: no store here")
         self.close()
@@ -415,6 +429,7 @@ class Atlas:
 
     # SQL and tables
 
+    @checks.typed
     def relation(self, text: str) -> duckdb.DuckDBPyRelation:
         """One read-only SELECT statement over the store's tables, as a DuckDB relation (not yet run)."""
         if self._sandbox is None:
@@ -433,6 +448,7 @@ class Atlas:
         except duckdb.Error as exc:
             raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
 
+    @checks.typed
     def sql(self, text: str) -> pl.DataFrame:
         """Run one read-only SELECT statement over the store's tables (see schema.sql; 0-based layers and heads)."""
         try:
@@ -440,6 +456,7 @@ class Atlas:
         except duckdb.Error as exc:
             raise AtlasError(f"sql: {str(exc).splitlines()[0]}") from None
 
+    @checks.typed
     def table(self, name: str) -> pl.LazyFrame:
         """A table of the store as a Polars LazyFrame over its Parquet files (nothing is read until collected);
         the runs published after this call are not in it."""
@@ -458,6 +475,7 @@ class Atlas:
         derived = [expr.alias(column) for (table, column), expr in POLARS_DERIVED.items() if table == name]
         return scan.with_columns(derived) if derived else scan
 
+    @checks.typed
     def attention(self, *, example: int, layer: int, head: int, run: str | None = None) -> AttentionMap:
         """An input's attention map in one head (``layer`` and ``head`` 1-based, as the catalogue shows them;
         ``example`` is ``examples.example_id``) and its tokens.
@@ -483,6 +501,7 @@ class Atlas:
         found = maps[example]
         return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)
 
+    @checks.typed
     def report(
         self,
         out: str | os.PathLike[str],
@@ -499,6 +518,7 @@ class Atlas:
 
         return write_report(self, out, run, examples, compare, progress)
 
+    @checks.typed
     def export(self, out: str | os.PathLike[str], run: str | None = None, progress: bool = True) -> dict[str, int]:
         """Write every table (or only ``run``'s rows) as ``out/<table>.parquet``; returns the rows per table. The
         files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was.
@@ -511,6 +531,11 @@ class Atlas:
         given = arg("out", repr(str(out)))
         if out.exists() and not out.is_dir():
             raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
+        if out.resolve().is_relative_to(self.store.root.resolve()):
+            raise AtlasError(
+                f"{given}: inside the store {self.store.root} (the store would read the files as its own); name a "
+                "folder outside it"
+            )
         check_folders_above(out, given)
         for name in table_schemas():
             if (out / f"{name}.parquet").is_dir():
@@ -554,6 +579,7 @@ class Classed:
     thresholds: dict[str, float] | None  # the rule's (no labels)
 
 
+@checks.typed
 def answer_on_spark(
     name: str,
     /,
@@ -616,6 +642,7 @@ class Ingested:
     n_text_unmatched: int | None = None  # conllu, text='written': sentences whose '# text' does not hold their words
 
 
+@checks.typed
 def ingest(
     corpus: str | os.PathLike[str] | None = None,
     model: str | None = None,

@@ -70,6 +70,7 @@ def _dev(spec, data: str, limit: int | None):
     return dev
 
 
+@checks.typed
 def finetune(
     task: str,
     data: str,
@@ -117,6 +118,7 @@ def finetune(
     return FineTuned(run_id, out, spec.name, info["dev_metrics"], info["n_train"])
 
 
+@checks.typed
 def ablate(
     model: str,
     task: str,
@@ -155,6 +157,7 @@ def ablate(
     return pl.DataFrame([{"run_id": run_id, **summary, "layer": best["layer"] + 1, "head": head}])
 
 
+@checks.typed
 def importance(
     model: str,
     task: str,
@@ -192,6 +195,7 @@ def importance(
     return Importance(run_id, pl.DataFrame(curve), n_train, len(dev))
 
 
+@checks.typed
 def grads(
     model: str | None = None,
     *,

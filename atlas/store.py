@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas.errors import AtlasError, arg
+from atlas.files import check_folders_above
 from atlas.macros import macros_state, write_macros
 
 SCHEMA_FILE = resources.files("atlas") / "schema.sql"  # the repository's schema.sql, installed in atlas/
@@ -214,8 +215,9 @@ class Store:
 
     def check_database(self) -> None:
         """Refuse a store whose DuckDB file is not a DuckDB database (an ingest would write its runs, and the store
-        would not open). The file holds only views and macros: removed, it is written again over data/ when the
-        store is next opened (``connect``)."""
+        would not open), and a path no store can be at (``check_path``). The file holds only views and macros:
+        removed, it is written again over data/ when the store is next opened (``connect``)."""
+        self.check_path()
         if self.db.is_file():
             with self.db.open("rb") as handle:
                 magic = handle.read(12)[8:]
@@ -241,12 +243,17 @@ class Store:
                 "name another folder as the store"
             )
 
-    def make_folders(self) -> None:
-        """The store's folder and data folder, its path checked first (``create``'s first half)."""
+    def check_path(self) -> None:
+        """Refuse a store's path that names a file, or a folder under a file, or holds file patterns."""
         if self.root.exists() and not self.root.is_dir():
             raise AtlasError(f"{self.named}: exists and is not a directory")
+        check_folders_above(self.root, self.named)
         if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
             raise AtlasError(f"{self.named}: the path must not contain * ? [ ] {{ }} (file patterns)")
+
+    def make_folders(self) -> None:
+        """The store's folder and data folder, its path checked first (``create``'s first half)."""
+        self.check_path()
         self.data.mkdir(parents=True, exist_ok=True)
 
     def write_database(self) -> None:

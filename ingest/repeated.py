@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # light to import: a finished run is found by its settings wi
 
 LENGTH = 50  # N: tokens drawn per sequence (TransformerLens's main demo: seq_len = 50)
 COUNT = 10  # K: sequences (TransformerLens's main demo: batch_size = 10)
+EXAMPLES_MAX = 2**31 - 1  # sequences at most: examples.example_id is an INTEGER
 _NAME = re.compile(r"repeated\(N=(\d+),K=(\d+),seed=(-?\d+)\)")
 
 
@@ -70,8 +71,8 @@ class Repeated:
     def check(self) -> None:
         if self.length < 1:
             raise AtlasError(f"{arg('length', self.length)}: expected 1 or more tokens to repeat")
-        if self.count < 1:
-            raise AtlasError(f"{arg('count', self.count)}: expected 1 or more sequences")
+        if not 1 <= self.count <= EXAMPLES_MAX:
+            raise AtlasError(f"{arg('count', self.count)}: expected 1 to {EXAMPLES_MAX:,} sequences")
 
     def info(self) -> CorpusInfo:
         """The corpus as a run records it: its name as its path, the sha256 of its name."""
@@ -95,8 +96,15 @@ def draw(settings: Repeated, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     """The K x 2N token ids: each row N ids drawn uniformly (with replacement), then the same N again."""
     ids = vocabulary(tokenizer)
     rng = np.random.default_rng(settings.seed)
-    half = ids[rng.integers(0, ids.size, size=(settings.count, settings.length))]
-    return np.concatenate([half, half], axis=1)
+    try:
+        half = ids[rng.integers(0, ids.size, size=(settings.count, settings.length))]
+        return np.concatenate([half, half], axis=1)
+    except MemoryError:
+        size = settings.count * settings.length * 2 * ids.itemsize / 2**30
+        raise AtlasError(
+            f"{arg('count', settings.count)}: {settings.count:,} x {2 * settings.length:,} token ids ({size:,.1f} GiB) "
+            "are more than this machine's memory holds; draw fewer"
+        ) from None
 
 
 def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Iterator[AlignedSentence]:

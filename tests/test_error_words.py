@@ -260,6 +260,12 @@ def test_a_store_names_itself_as_the_parameter(tmp_path):
             "--param min_count=x: expected a whole number",
         ),
         ("attention sink", {"threshold": "nan"}, "threshold=nan: expected a finite number", None),
+        (
+            "best head per dependency relation",
+            {"min_count": 10**20},
+            f"min_count={10**20}: expected a whole number from",
+            None,
+        ),  # beyond DuckDB's BIGINT
         ("best head per dependency relation", {"poss_rule": "maybe"}, "poss_rule=maybe: expected true or false", None),
         ("fine-tuning change", {}, "base: required by 'fine-tuning change'", "--param base: required by"),
     ],
@@ -321,3 +327,57 @@ def test_every_command_said_is_an_api_call():
         errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense")
         == "see 'atlas nosuch --x' or 'atlas' and x--dense"
     )
+
+
+def test_arguments_of_another_type_are_refused_naming_them(run, corpus, tmp_path):
+    """An argument not of its parameter's type is refused before any work, naming it: not a Python, DuckDB or
+    numba error from deep inside, and not taken as something else (random_init='no' as true, seed=1.5 as 1,
+    runs='R' as its letters, example='3' as an example skipped)."""
+    root, run_id = run
+    store = tmp_path / "new"
+    with atlas.open(root) as st:
+        cases = [
+            (lambda: atlas.ingest(corpus, store=store, random_init="no"), "random_init='no': expected True or False"),
+            (lambda: atlas.ingest(corpus, store=store, random_init=True, seed=1.5), "seed=1.5: expected a whole"),
+            (lambda: atlas.ingest(corpus, store=store, max_edges=1.5), "max_edges=1.5: expected a whole number"),
+            (lambda: atlas.ingest(corpus, store=store, kept_mass="0.5"), "kept_mass='0.5': expected a number"),
+            (lambda: atlas.ingest(corpus, store=store, random_init=True, config=5), "config=5: expected a mapping"),
+            (lambda: st.attention(example="3", layer=1, head=1), "example='3': expected a whole number"),
+            (lambda: st.attention(example=0, layer=1.5, head=1), "layer=1.5: expected a whole number"),
+            (lambda: st.distances(examples=1, clusters=float("nan")), "clusters=nan: expected a whole number"),
+            (lambda: st.query(None), "name=None: expected text"),
+            (lambda: st.query("entropy", run=5), "run=5: expected text (or None)"),
+            (lambda: st.query("entropy", runs=run_id), f"runs='{run_id}': expected a list of text (or None)"),
+            (lambda: st.remove(5), "run_ids=5: expected text"),
+            (lambda: st.remove(), "run_ids: none given"),
+            (lambda: st.sql(None), "text=None: expected text"),
+            (lambda: atlas.open(5), "path=5: expected a path (or None)"),
+            (lambda: st.report(tmp_path / "r.html", examples=1.5), "examples=1.5: expected a whole number"),
+            (lambda: atlas.finetune("sst-2", "x", tmp_path / "ck", epochs=1.5), "epochs=1.5: expected a whole number"),
+        ]  # fmt: skip
+        for call, said in cases:
+            error = api_error(call)
+            assert str(error).startswith(said), (said, str(error))
+    assert not store.exists() and not (tmp_path / "ck").exists()
+
+
+def test_a_store_no_store_can_be_at_is_refused_before_any_work(corpus, tmp_path):
+    """A store path naming a file (or a folder under one) is refused before the model loads, not after its work."""
+    for store in (corpus, corpus / "store"):
+        error = api_error(atlas.ingest, corpus, store=store, progress=False)
+        assert str(error).startswith(f"store='{store}': "), str(error)
+        error = api_error(
+            atlas.finetune, "sst-2", str(ROOT / "samples" / "glue" / "SST-2"), tmp_path / "ck", store=store
+        )
+        assert str(error).startswith(f"store='{store}': ") and not (tmp_path / "ck").exists(), str(error)
+
+
+def test_an_export_into_the_store_is_refused(run, tmp_path):
+    """Tables exported inside the store would be read as its own (data/*/runs/*.parquet): refused, nothing written."""
+    root, run_id = run
+    with atlas.open(root) as st:
+        for out in (root / "data" / "x" / "runs", root, root / "data"):
+            error = api_error(st.export, out, run=run_id, progress=False)
+            assert str(error).startswith(f"out='{out}': inside the store"), str(error)
+        assert not (root / "data" / "x").exists() and not list(root.glob("*.parquet"))
+        assert st.runs()["run_id"].to_list().count(run_id) == 1

@@ -209,7 +209,7 @@ def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
         "k8s://URL)"
     )
     for master in ("local[x]", "local[2", "bogus", "localhost:7077"):
-        with pytest.raises(AtlasError, match=r"^spark_master='.*': not a Spark master \(masters are local\[N\]"):
+        with pytest.raises(AtlasError, match=r"^master='.*': not a Spark master \(masters are local\[N\]"):
             engine.check_master(master)
     for master in ("local", "local[*]", "local[4, 2]", "local-cluster[2, 1, 1024]", "yarn", "spark://h:7077",
                    "k8s://https://h:443", "ray://h:10001"):  # fmt: skip

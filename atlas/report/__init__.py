@@ -65,8 +65,7 @@ def write_report(
     checks.named("out", out)
     out = Path(out)
     check_out(out)
-    if examples < 0:
-        raise AtlasError(f"{arg('examples', examples)}: expected 0 or more")
+    checks.at_least("examples", examples, 0)
     run_id = st.run_id(run)
     compare_id = st.run_id(compare, "compare") if compare is not None else None
     if compare_id == run_id:

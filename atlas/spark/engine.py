@@ -78,7 +78,7 @@ def check_master(master: str) -> None:
     or one that is neither yarn nor a URL."""
     local = master.startswith("local")
     if (local and not _LOCAL.fullmatch(master)) or (not local and master != "yarn" and "://" not in master):
-        raise AtlasError(f"{arg('spark_master', repr(master))}: not a Spark master ({MASTERS})")
+        raise AtlasError(f"{arg('master', repr(master))}: not a Spark master ({MASTERS})")
 
 
 def session(master: str = "local[2]") -> SparkSession:
@@ -101,9 +101,7 @@ def session(master: str = "local[2]") -> SparkSession:
             warnings.simplefilter("ignore", FutureWarning)
             spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
     except (PySparkException, Py4JError) as exc:  # a master Spark cannot start on, or reach
-        raise AtlasError(
-            f"{arg('spark_master', repr(master))}: Spark did not start ({_cause(exc)}; {MASTERS})"
-        ) from None
+        raise AtlasError(f"{arg('master', repr(master))}: Spark did not start ({_cause(exc)}; {MASTERS})") from None
     spark.sparkContext.setLogLevel("OFF")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
