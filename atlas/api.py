@@ -303,7 +303,7 @@ class Atlas:
 
     @checks.typed
     def query(
-        self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object
+        self, name: str, /, run: str | None = None, runs: Sequence[str | None] | None = None, **params: object
     ) -> pl.DataFrame:
         """A catalogue entry's answer (see ``answer``; ``runs``: two or more runs side by side, with the differences
         to the first); its notes are issued as ``AtlasNote`` warnings."""
@@ -312,7 +312,9 @@ class Atlas:
         return answer.frame
 
     @checks.typed
-    def plot(self, name: str, /, run: str | None = None, runs: Sequence[str] | None = None, **params: object) -> Figure:
+    def plot(
+        self, name: str, /, run: str | None = None, runs: Sequence[str | None] | None = None, **params: object
+    ) -> Figure:
         """The entry's paper-style figure, titled with the entry and the runs that answered (``atlas plot``
         saves this figure); ``runs``: two or more runs compared, panels side by side on one colour scale and
         the differences to the first (see ``atlas.plot``)."""
@@ -531,10 +533,10 @@ class Atlas:
         given = arg("out", repr(str(out)))
         if out.exists() and not out.is_dir():
             raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
-        if out.resolve().is_relative_to(self.store.root.resolve()):
+        if any(out.resolve().is_relative_to(inside.resolve()) for inside in (self.store.data, self.store.staging)):
             raise AtlasError(
-                f"{given}: inside the store {self.store.root} (the store would read the files as its own); name a "
-                "folder outside it"
+                f"{given}: inside the store's runs ({self.store.data}; the store would read the files as a run's); "
+                "name a folder outside them"
             )
         check_folders_above(out, given)
         for name in table_schemas():
@@ -666,7 +668,7 @@ def ingest(
     progress: bool = True,
     device: str = "auto",
     dtype: str = "auto",
-    config: Mapping[str, object] | Sequence[str] | None = None,
+    config: Mapping[str, object] | Sequence[str] | str | None = None,
     engine: str = "local",
     ray_address: str | None = None,
     workers: int | None = None,

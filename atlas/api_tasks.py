@@ -60,7 +60,7 @@ def _target(store: str | os.PathLike[str] | None) -> Store:
     return target
 
 
-def _dev(spec, data: str, limit: int | None):
+def _dev(spec, data: str | os.PathLike[str], limit: int | None):
     from atlas.ingestion.glue_tsv import load_split
 
     checks.at_least("dev_limit", limit, 1)
@@ -73,7 +73,7 @@ def _dev(spec, data: str, limit: int | None):
 @checks.typed
 def finetune(
     task: str,
-    data: str,
+    data: str | os.PathLike[str],
     out: str | os.PathLike[str],
     model: str | None = None,
     *,
@@ -122,7 +122,7 @@ def finetune(
 def ablate(
     model: str,
     task: str,
-    data: str,
+    data: str | os.PathLike[str],
     *,
     method: str = "uniform",
     heads: bool = True,
@@ -161,7 +161,7 @@ def ablate(
 def importance(
     model: str,
     task: str,
-    data: str,
+    data: str | os.PathLike[str],
     *,
     train_limit: int | None = None,
     seed: int = 0,
@@ -201,7 +201,7 @@ def grads(
     *,
     corpus: str | os.PathLike[str] | None = None,
     task: str | None = None,
-    data: str | None = None,
+    data: str | os.PathLike[str] | None = None,
     limit: int = 500,
     seed: int = 0,
     progress: bool = True,

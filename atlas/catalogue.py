@@ -136,7 +136,7 @@ def _convert(p: Parameter, raw: str) -> object:
     if re.fullmatch(r"-?\d+", default):
         if not re.fullmatch(r"\s*[-+]?\d+\s*", raw):
             raise AtlasError(f"{given}: expected a whole number")
-        if not -(2**63) <= int(raw) < 2**63:  # DuckDB's BIGINT, Spark's LONG
+        if len(raw.strip()) > 20 or not -(2**63) <= int(raw) < 2**63:  # DuckDB's BIGINT, Spark's LONG
             raise AtlasError(f"{given}: expected a whole number from {-(2**63):,} to {2**63 - 1:,}")
         return int(raw)
     if re.fullmatch(r"-?\d*\.\d+", default):

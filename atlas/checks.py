@@ -8,6 +8,7 @@ import functools
 import inspect
 import numbers
 import os
+import reprlib
 import sys
 import types
 import typing
@@ -78,8 +79,10 @@ def _fits(value: object, kind: object) -> bool | None:
         return isinstance(value, str)
     if (origin or kind) is os.PathLike:
         return isinstance(value, os.PathLike)
-    if origin in (collections.abc.Sequence, list, tuple):
-        if isinstance(value, str | bytes) or not isinstance(value, collections.abc.Sequence):
+    if origin in (collections.abc.Sequence, list, tuple):  # or any sized iterable of them (an array, a Series)
+        if isinstance(value, str | bytes | collections.abc.Mapping) or not isinstance(value, collections.abc.Iterable):
+            return False
+        if not isinstance(value, collections.abc.Sized):  # a generator: read once, not twice
             return False
         item = inner[0] if inner else object
         return all(_fits(v, item) is not False for v in value)
@@ -99,7 +102,8 @@ def _words(kind: object) -> str:
     if origin is typing.Literal:
         return "one of " + ", ".join(map(repr, inner))
     if origin in (collections.abc.Sequence, list, tuple):
-        return f"a list of {_words(inner[0]) if inner else 'values'}"
+        item = [k for k in typing.get_args(inner[0]) if k is not type(None)] if inner else []
+        return f"a list of {_words(item[0] if len(item) == 1 else inner[0]) if inner else 'values'}"
     if origin in (collections.abc.Mapping, dict):
         return "a mapping"
     return _WORDS.get(origin or kind, getattr(kind, "__name__", str(kind)))
@@ -119,6 +123,16 @@ def _hints(fn: Callable) -> dict[str, object]:
         except NameError:
             continue
     return hints
+
+
+_REPR = reprlib.Repr()  # a run id whole, a long list cut
+_REPR.maxstring = _REPR.maxother = 300
+_REPR.maxlist = _REPR.maxtuple = 4
+
+
+def _shown(value: object) -> str:
+    """A value as a message shows it: its repr on one line, cut (a Series, a long list)."""
+    return " ".join(_REPR.repr(value).split())
 
 
 def typed(fn: Callable) -> Callable:
@@ -142,9 +156,11 @@ def typed(fn: Callable) -> Callable:
             if name in hints and signature.parameters[name].kind is inspect.Parameter.VAR_POSITIONAL:
                 bad = next((v for v in value if _fits(v, kind) is False), None)
                 if bad is not None:
-                    raise AtlasError(f"{arg(name, repr(bad))}: expected {_words(kind)}")
+                    raise AtlasError(f"{arg(name, _shown(bad))}: expected {_words(kind)}")
             elif name in hints and _fits(value, kind) is False:
-                raise AtlasError(f"{arg(name, repr(value))}: expected {_words(kind)}")
-        return fn(*args, **kwargs)
+                raise AtlasError(f"{arg(name, _shown(value))}: expected {_words(kind)}")
+            elif isinstance(value, np.generic):  # NumPy's scalars as Python's (a run id's JSON takes no int64)
+                bound.arguments[name] = value.item()
+        return fn(*bound.args, **bound.kwargs)
 
     return checked

@@ -26,9 +26,10 @@ def arg(name: str, value: object = None, *, query: bool = False) -> str:
 
 # the command line's words in a message, said by the API as its own: a command quoted whole, or an ingest's option
 _PHRASE = re.compile(
-    f"'atlas ([a-z]+)((?: [^'{_OPEN}{_CLOSE} ]+)*)'"  # 'atlas distances --run R'
-    r"|(?<![\w-])--(?:(dense)|(format|pack) ([a-z]+))\b"  # --dense, --pack window
+    r"'atlas ([a-z]+)((?: .*?)?)'(?!\w)"  # 'atlas distances --run R' (a value may hold a quote or a space)
+    r"|(?<![\w-])--(?:(dense)|(format) (conllu|glue|framenet|text|repeated)|(pack) (none|pair|window))\b"
 )
+_OPTION = re.compile(r"(?:^|\s+)--(?=[a-z])")  # where an option starts in a command
 _COMMANDS = {  # command -> the API's call
     "ingest": "atlas.ingest", "queries": "atlas.queries", "finetune": "atlas.finetune", "ablate": "atlas.ablate",
     "importance": "atlas.importance", "grads": "atlas.grads", "runs": "Atlas.runs", "rm": "Atlas.remove",
@@ -49,27 +50,30 @@ def _option(name: str, value: str | None) -> str:
 
 
 def _api_phrase(match: re.Match[str]) -> str:
-    """A phrase of ``_PHRASE`` in the API's words (a command the API has no call for: as it is)."""
-    if match.group(3) or match.group(4):  # an ingest's option
-        return _option(match.group(3), None) if match.group(3) else _option(match.group(4), match.group(5))
-    if match.group(1) not in _COMMANDS:
+    """A phrase of ``_PHRASE`` in the API's words (a command the API has no call for, or its help: as it is). A
+    command's words before its first option are one positional value (a run id may hold a space), an option's up
+    to the next option its value."""
+    if match.group(3):
+        return _option("dense", None)
+    if match.group(4) or match.group(6):  # --format X, --pack X
+        return _option(match.group(4), match.group(5)) if match.group(4) else _option(match.group(6), match.group(7))
+    head, *options = _OPTION.split(match.group(2).strip())
+    named = [option.partition(" ") for option in options]
+    if match.group(1) not in _COMMANDS or any(name == "help" for name, _, _ in named):
         return match.group(0)
-    words, args = match.group(2).split(), []
-    while words:
-        word = words.pop(0)
-        if not word.startswith("--"):
-            args.append(_value(word))
-        elif words and not words[0].startswith("--"):
-            args.append(_option(word[2:], words.pop(0)))
-        else:
-            args.append(_option(word[2:], None))
+    args = ([_value(head)] if head else []) + [_option(name, value or None) for name, _, value in named]
     return f"{_COMMANDS[match.group(1)]}({', '.join(args)})"
 
 
 def api_phrases(text: str) -> str:
     """``text``, written in the command line's words, with each command quoted whole (``'atlas runs'``) and each
-    option of an ingest (``--dense``, ``--format X``, ``--pack X``) as the API's call or argument."""
-    return _PHRASE.sub(_api_phrase, text)
+    option of an ingest (``--dense``, ``--format X``, ``--pack X``) as the API's call or argument; the parameters
+    and values marked with ``arg`` are left as they are."""
+    out, at = [], 0
+    for marked in _ARG.finditer(text):
+        out += [_PHRASE.sub(_api_phrase, text[at : marked.start()]), marked.group(0)]
+        at = marked.end()
+    return "".join(out) + _PHRASE.sub(_api_phrase, text[at:])
 
 
 def _api_words(match: re.Match[str]) -> str:

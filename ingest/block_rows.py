@@ -118,7 +118,7 @@ class BlockRows:
             return
         # TO a word: the sum over its pieces (columns), as tensor_rows sums them
         to_words = block.gather(-1, shape.first[0][None, None, :].expand(heads, rows, w + 1))
-        for cont_tok, cont_word in shape.continuations:
+        for cont_tok, cont_word, _ in shape.continuations:
             extra = block.gather(-1, cont_tok[0][None, None, :].expand(heads, rows, cont_tok.shape[1]))
             to_words.scatter_add_(-1, cont_word[0][None, None, :].expand(heads, rows, cont_tok.shape[1]), extra)
         # FROM a word: the mean over its pieces (rows), or its first piece's row

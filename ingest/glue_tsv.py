@@ -8,6 +8,7 @@ A name that is not a folder is read as a hub data set through ``datasets`` (GLUE
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,8 +140,9 @@ def read_tsv(spec: TaskSpec, path: Path) -> Examples:
     return Examples(text_a, text_b if spec.text_b else None, np.array(labels, dtype=dtype), numbers)
 
 
-def load_split(spec: TaskSpec, data: str, split: str) -> Examples:
+def load_split(spec: TaskSpec, data: str | os.PathLike[str], split: str) -> Examples:
     """``split`` ('train' or 'dev') of a task from a folder of GLUE TSV files, or a hub data set."""
+    data = os.fspath(data)
     folder = Path(data)
     if folder.is_dir():
         return read_tsv(spec, folder / ("train.tsv" if split == "train" else spec.dev_file))

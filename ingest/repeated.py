@@ -102,8 +102,8 @@ def draw(settings: Repeated, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     except MemoryError:
         size = settings.count * settings.length * 2 * ids.itemsize / 2**30
         raise AtlasError(
-            f"{arg('count', settings.count)}: {settings.count:,} x {2 * settings.length:,} token ids ({size:,.1f} GiB) "
-            "are more than this machine's memory holds; draw fewer"
+            f"{arg('count', settings.count)}: {settings.count:,} x {2 * settings.length:,} token ids (an array of "
+            f"{size:,.1f} GiB) are more than this machine's memory holds; draw fewer"
         ) from None
 
 
@@ -120,7 +120,8 @@ def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_le
             f"{arg('length', settings.length)}: 2 x {settings.length} tokens and the template's {n_special} special "
             f"token(s) exceed the longest input, {arg('max_length', max_length)}"
         )
-    for k, row in enumerate(draw(settings, tokenizer).tolist()):
+    for k, ids in enumerate(draw(settings, tokenizer)):
+        row = ids.tolist()  # a row at a time: the whole draw as Python's ints takes several times its array
         texts = [tokenizer.decode([i]) for i in row]
         words = [
             Word(id=t + 1, form=text, lemma=None, upos=None, xpos=None, feats=None, head=None, deprel=None, misc=None,

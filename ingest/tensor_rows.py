@@ -90,8 +90,10 @@ class _Batch:
         pieces[pieces == 0] = 1  # those, and words past an input's own
         self.first_piece = first_piece
         self.first = torch.from_numpy(first).to(device)
+        # per rank: the tokens and words on the device, and each input's number of them (a block of inputs takes
+        # the ranks and the columns its own inputs have: a word of many pieces in one input costs the others nothing)
         self.continuations = [
-            (torch.from_numpy(tok).to(device), torch.from_numpy(word).to(device))
+            (torch.from_numpy(tok).to(device), torch.from_numpy(word).to(device), (word < w_max).sum(axis=1))
             for tok, word in continuations(token_words, w_max)
         ]
         # FROM a word the mean over its pieces (or its first piece's row): each word's row scaled by this, 0 past the
@@ -224,7 +226,10 @@ def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> di
     examples, heads, n, _ = block.shape
     w = batch.w_max
     first = batch.first[start:stop]
-    ranks = [(tok[start:stop], word[start:stop]) for tok, word in batch.continuations]
+    ranks = []
+    for tok, word, counts in batch.continuations:
+        if k := int(counts[start:stop].max()):
+            ranks.append((tok[start:stop, :k], word[start:stop, :k]))
     # TO a word: the sum over its pieces (columns), its first piece's weight, then its second's added, ...
     to_words = block.gather(-1, first[:, None, None, :].expand(examples, heads, n, w + 1))
     for tok, word in ranks:

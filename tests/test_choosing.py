@@ -79,7 +79,9 @@ def test_a_phrase_fitting_several_entries_lists_them_and_chooses_none():
 
 
 def test_unknown_words_list_the_nearest_the_name_holding_the_words_first():
-    with pytest.raises(AtlasError, match=r"^no catalogue entry matches 'frobnicate the widgets' \(see 'atlas \w+'\)$"):
+    with pytest.raises(
+        AtlasError, match=r"^no catalogue entry matches 'frobnicate the widgets' \(see atlas.queries\(\)\)$"
+    ):
         choose("frobnicate the widgets")  # no entry holds any of the words: none is near, none is listed
     with pytest.raises(AtlasError, match=r"^no catalogue entry matches 'attention frobnicate'; nearest: 'attention"):
         choose("attention frobnicate")
@@ -137,8 +139,9 @@ def test_an_entry_refuses_in_one_line_without_the_engine_or_the_file(sparse):
         entry = resolve(phrase)
         with pytest.raises(AtlasError) as raised:
             run_entry(Store(store).connect(), entry, entry.bind({"run": run}))
-        text = str(raised.value)
+        text = raised.value.cli_text()
         assert text.startswith(f"run '{run}' is sparse (kept_mass 0.9): {phrase} ") and text.endswith("--dense")
+        assert str(raised.value).endswith("ingest with dense=True")  # the API's words
         assert "Error" not in text and ".sql" not in text and "\n" not in text
         result = run_cli("query", phrase, "--store", str(store))
         assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {text}"

@@ -223,7 +223,7 @@ def test_a_repeated_run_is_found_again_without_loading_the_model(runs, monkeypat
         ({"corpus": "x.conllu", "format": "repeated"}, "corpus: format='repeated' draws its tokens"),
         ({"corpus": None}, "corpus: name the corpus file"),
         ({"corpus": EWT_SAMPLE, "length": 5}, "length: sets the sequences of format='repeated'"),
-        ({"corpus": None, "format": "repeated", "count": 0}, "count=0: expected 1 or more"),
+        ({"corpus": None, "format": "repeated", "count": 0}, "count=0: expected 1 to 2,147,483,647"),
         ({"corpus": None, "format": "repeated", "pack": "pair"}, "pack: each repeated-token sequence is one input"),
         ({"corpus": None, "format": "repeated", "seed": 1}, "drawn with sample_seed"),
         ({"corpus": None, "format": "repeated", "sample": 3}, "sample: only a format='text' corpus is sampled"),

@@ -4,15 +4,18 @@ the command line's as its options (``--kept-mass 2:``); see ``atlas.errors``."""
 from __future__ import annotations
 
 import ast
+import collections.abc
 import inspect
 import re
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 from click.testing import CliRunner
 
 import atlas
-from atlas import errors
+from atlas import checks, errors
 from atlas.api_tasks import ablate
 from atlas.cli import FLAGS, cli
 from atlas.errors import AtlasError
@@ -324,8 +327,8 @@ def test_every_command_said_is_an_api_call():
     assert {"train_run", "eval_run"} <= set(inspect.signature(atlas.Atlas.probe).parameters)
     assert "runs" in inspect.signature(atlas.Atlas.query).parameters
     assert (
-        errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense")
-        == "see 'atlas nosuch --x' or 'atlas' and x--dense"
+        errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense or 'atlas query --help'")
+        == "see 'atlas nosuch --x' or 'atlas' and x--dense or 'atlas query --help'"
     )
 
 
@@ -376,8 +379,42 @@ def test_an_export_into_the_store_is_refused(run, tmp_path):
     """Tables exported inside the store would be read as its own (data/*/runs/*.parquet): refused, nothing written."""
     root, run_id = run
     with atlas.open(root) as st:
-        for out in (root / "data" / "x" / "runs", root, root / "data"):
+        for out in (root / "data" / "x" / "runs", root / "data", root / ".staging" / "x"):
             error = api_error(st.export, out, run=run_id, progress=False)
-            assert str(error).startswith(f"out='{out}': inside the store"), str(error)
-        assert not (root / "data" / "x").exists() and not list(root.glob("*.parquet"))
+            assert str(error).startswith(f"out='{out}': inside the store's runs"), str(error)
+        assert not (root / "data" / "x").exists() and not list((root / "data").glob("*.parquet"))
         assert st.runs()["run_id"].to_list().count(run_id) == 1
+
+
+def test_typed_takes_what_the_annotation_says_and_gives_python_values():
+    """NumPy's scalars pass as Python's (a run id's JSON takes no int64); an array or a Series passes as a list, a
+    generator (read once) and a str do not; a refused value is shown on one line, cut."""
+
+    @checks.typed
+    def call(n: int, share: float, flag: bool, runs: collections.abc.Sequence[str | None] | None = None) -> tuple:
+        return n, share, flag, runs
+
+    got = call(np.int64(3), np.float32(0.5), np.bool_(True))
+    assert got == (3, 0.5, True, None) and [type(v) for v in got[:3]] == [int, float, bool]
+    assert call(1, 2, False, runs=pl.Series(["a", None]))[3].to_list() == ["a", None]
+    assert call(1, 2.0, False, runs=("a", "b"))[3] == ("a", "b")
+    for runs in ((r for r in "ab"), "ab", ["a", 3]):
+        assert "expected a list of text (or None)" in str(api_error(call, 1, 2.0, False, runs=runs))
+    said = str(api_error(call, 1, 2.0, False, runs=pl.Series(list(range(1000)))))
+    assert "\n" not in said and len(said) < 400
+    assert str(api_error(call, True, 2.0, False)) == "n=True: expected a whole number"
+
+
+def test_phrases_of_the_command_line_kept_whole():
+    """A run id holding a quote or a space stays one value; a marked parameter's value and words that are not a
+    command or an option's value are left as written."""
+    assert errors.api_phrases("run 'atlas distances --run O'Brien__m' first") == (
+        'run Atlas.distances(run="O\'Brien__m") first'
+    )
+    assert errors.api_phrases("remove it ('atlas rm my corpus__m')") == "remove it (Atlas.remove('my corpus__m'))"
+    assert errors.api_text(errors.arg("corpus", "'x--dense'") + ": ingest with --dense") == (
+        "corpus='x--dense': ingest with dense=True"
+    )
+    assert (
+        errors.api_phrases("the name says parquet but --format is csv") == "the name says parquet but --format is csv"
+    )

@@ -276,7 +276,7 @@ def test_entries_reading_single_weights_refuse_sparse_runs(glue_runs):
         ("token to token", {"run": sparse}),
     ):
         entry = resolve(phrase)
-        with pytest.raises(AtlasError, match="is sparse.*--dense") as info:
+        with pytest.raises(AtlasError, match="is sparse.*dense=True") as info:
             run_entry(store.connect(), entry, entry.bind(params))
         assert "\n" not in str(info.value) and sparse in str(info.value)
     result = CliRunner().invoke(cli, ["query", "token to token", "--store", str(store.root), "--run", sparse])

@@ -238,8 +238,6 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
     return calls
 
 
-
-
 def _spark(spark, root: Path, name: str, params: dict[str, object]) -> tuple[pl.DataFrame, str, tuple] | AtlasError:
     try:
         found = atlas.spark.answer(spark, root, name, **params)
