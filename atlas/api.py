@@ -592,13 +592,15 @@ def answer_on_spark(
     **params: object,
 ) -> Answer:
     """``Atlas.answer`` computed by Apache Spark from the same SQL (see ``atlas.spark``): ``store`` is a folder
-    or any URI Spark reads (s3a://, hdfs://; default as ``open``), read on this process's SparkSession, else on
-    a new one on ``master``. Needs pyspark (pip install 'attention-atlas[spark]')."""
-    from atlas.spark import answer, session
+    or any URI Spark reads (s3a://, hdfs://; default as ``open``: $ATLAS_STORE, which may be a URI too), read on
+    this process's SparkSession, else on a new one on ``master``. Needs pyspark (pip install
+    'attention-atlas[spark]')."""
+    from atlas.spark import EnvURI, answer, is_uri, session
 
     entry = _chosen(name)
     _not_empty(run)
-    where = store_at() if store is None else store
+    env = os.environ.get("ATLAS_STORE") or ""
+    where = store if store is not None else EnvURI(env) if is_uri(env) else store_at()
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
 

@@ -179,6 +179,21 @@ def test_a_folder_without_a_store_is_refused(spark, tmp_path, monkeypatch):
     monkeypatch.setenv("ATLAS_STORE", str(tmp_path))  # named as the variable, as the DuckDB engine names it
     with pytest.raises(AtlasError, match=f"^ATLAS_STORE '{tmp_path}': no store here"):
         atlas.api.answer_on_spark("entropy")
+    monkeypatch.setenv("ATLAS_STORE", "weird://host/store")  # a URI, read by Spark as given (not as a local path)
+    with pytest.raises(AtlasError, match=r"^ATLAS_STORE 'weird://host/store': Spark cannot read it \(.*weird"):
+        atlas.api.answer_on_spark("entropy")
+
+
+def test_the_command_line_on_spark_says_only_the_answers_title(store):
+    """Spark's start logs nothing on the terminal (its default profile said its log level and warned of Hadoop's
+    native library); only the Java VM's own line on the incubator module it is given is left."""
+    root, runs = store
+    code = "from atlas.cli import main; main()"
+    args = ["query", "entropy", "--engine", "spark", "--run", runs["sparse"], "--store", str(root), "--limit", "1"]
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stderr.splitlines() if not line.startswith("WARNING: Using incubator modules")]
+    assert len(said) == 1 and said[0].startswith("entropy (Clark et al. 2019"), done.stderr
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,11 @@ Importing this package imports no pyspark; the functions that need it say how to
 
 from atlas.spark.engine import (
     INSTALL,
+    EnvURI,
     SparkAnswer,
     answer,
     collect,
+    is_uri,
     query,
     register,
     require_pyspark,
@@ -29,11 +31,13 @@ from atlas.spark.sql import SparkSQL, entry_sql, translate
 
 __all__ = [
     "INSTALL",
+    "EnvURI",
     "SparkAnswer",
     "SparkSQL",
     "answer",
     "collect",
     "entry_sql",
+    "is_uri",
     "query",
     "register",
     "require_pyspark",

@@ -12,6 +12,7 @@ import os
 import re
 import warnings
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,11 +59,20 @@ def require_pyspark() -> None:
         raise AtlasError(f"{arg('engine', repr('spark'))}: pyspark is not installed ({INSTALL})") from None
 
 
+def is_uri(text: str) -> bool:
+    """Whether a store is named by a URI (s3a://, hdfs://, file:), not a local path."""
+    return "://" in text or text.startswith("file:")
+
+
+class EnvURI(str):
+    """A store's URI that $ATLAS_STORE gave (no store given): named so in errors, as ``Store.named`` names a path."""
+
+
 def store_uri(store: str | os.PathLike[str]) -> str:
     """The store as Spark names it: a URI as given (s3a://, hdfs://, file:), a local path as an absolute file://
     URI (so that a cluster whose default file system is HDFS reads the local, or mounted, folder)."""
     text = os.fspath(store)
-    return text.rstrip("/") if "://" in text or text.startswith("file:") else f"file://{Path(text).absolute()}"
+    return text.rstrip("/") if is_uri(text) else f"file://{Path(text).absolute()}"
 
 
 MASTERS = "masters are local[N], spark://HOST:PORT, yarn, k8s://URL"
@@ -95,7 +105,9 @@ def session(master: str = "local[2]") -> SparkSession:
     from pyspark.errors import PySparkException
 
     check_master(master)
+    logging_file = resources.files("atlas.spark") / "log4j2.properties"  # Spark's start says nothing
     builder = SparkSession.builder.master(master).appName("attention-atlas")
+    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{logging_file}")
     try:
         with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
             warnings.simplefilter("ignore", FutureWarning)
@@ -207,6 +219,8 @@ def _cause(exc: Exception) -> str:
 
 
 def _named(store: str | os.PathLike[str]) -> str:
+    if isinstance(store, EnvURI):
+        return f"ATLAS_STORE {str(store)!r}"
     return store.named if isinstance(store, Store) else arg("store", repr(os.fspath(store)))
 
 
