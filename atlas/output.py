@@ -48,6 +48,7 @@ _TEXT_MIN = 16  # narrowest a text column is wrapped to (wider where a word of i
 _NAME_MIN = 12  # shortest a column name is cut to, ...
 _RUN_KEEP = 7  # ... and a name col@run to no less than col@ and this many characters of the run id
 _SMALLEST = 20  # the narrowest width a table is laid out for
+_HEADER_LINES = 3  # a column name wraps onto at most this many lines (after '_' and '@') before it is cut
 
 
 def output_format(fmt: str | None, out: Path | None) -> str:
@@ -225,10 +226,11 @@ def render_table(names: list[str], rows: list[list[str]], numeric: list[bool], w
     names; ``rows``: each row's cells as text; ``numeric``: per column, whether it holds numbers).
 
     Columns wider than their share of ``width`` give up characters, the widest first: long text wraps onto more
-    lines (at spaces; a word is never split) and a long column name is cut in its middle, keeping its start and
-    its end (``entropy@en…c2b1d0``) and as much more as it takes to tell it from every other name; the names
-    cut are given in full below the table. Where the columns do not fit even so, the rows are printed as
-    records instead (see ``render_records``): no column is left out and no value cut."""
+    lines (at spaces; a word is never split), a long column name of short parts wraps onto up to three lines
+    after its '_' and before its '@' (``cls_entropy_`` over ``diff@B``), and any other is cut in its middle,
+    keeping its start and its end (``entropy@en…c2b1d0``) and as much more as it takes to tell it from every
+    other name; the names cut are given in full below the table. Where the columns do not fit even so, the rows
+    are printed as records instead (see ``render_records``): no column is left out and no value cut."""
     names = _unique(names)
     natural = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(names)]
     room = width - 3 * len(names) - 1  # the columns' own width: the rest is borders and padding
@@ -239,7 +241,7 @@ def render_table(names: list[str], rows: list[list[str]], numeric: list[bool], w
         widths = _fill(natural, floors, room)
         if widths is None:
             return render_records(names, rows, width)
-        shown = [_short(name, w) for name, w in zip(names, widths, strict=True)]
+        shown = [name if _name_lines(name, w) else _short(name, w) for name, w in zip(names, widths, strict=True)]
         seen = Counter(shown)
         clashes = [i for i, short in enumerate(shown) if seen[short] > 1 and short != names[i]]
         if not clashes:
@@ -302,10 +304,27 @@ def _short(name: str, width: int) -> str:
     return name[:head] + "…" + (name[-tail:] if tail else "")
 
 
+def _name_lines(name: str, width: int) -> list[str] | None:
+    """``name`` on lines of at most ``width`` characters, broken after its '_' and before its '@'; None where it
+    takes more than ``_HEADER_LINES`` lines, or has a part longer than ``_NAME_MIN`` (a run id: cut instead,
+    ``_short``)."""
+    if len(name) <= width:
+        return [name]
+    parts = re.findall(r"@?[^_@]+_*|[_@]+", name)  # cls_, entropy_, diff, @B
+    if max(len(part) for part in parts) > min(width, _NAME_MIN):
+        return None
+    lines = [""]
+    for part in parts:
+        if len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return lines if len(lines) <= _HEADER_LINES else None
+
+
 def _floor(name: str, cells: list[str], numeric: bool) -> int:
     """The narrowest a column may be: its numbers whole, its words whole (text wraps to no fewer than
-    ``_TEXT_MIN`` characters), its name to no fewer than ``_NAME_MIN`` characters or, in a name col@run,
-    ``col@`` and ``_RUN_KEEP`` characters of the run id."""
+    ``_TEXT_MIN`` characters), its name wrapped (``_name_lines``) or cut to no fewer than ``_NAME_MIN``
+    characters or, in a name col@run, ``col@`` and ``_RUN_KEEP`` characters of the run id."""
     widest = max((len(c) for c in cells), default=0)
     if numeric:
         content = widest
@@ -313,7 +332,9 @@ def _floor(name: str, cells: list[str], numeric: bool) -> int:
         content = min(widest, max(_TEXT_MIN, max((_longest_word(c) for c in cells), default=0)))
     at = name.rfind("@")
     run = at >= 0 and len(name) - at - 1 > _RUN_KEEP  # col@run, a run id longer than it keeps (not col@A)
-    return max(content, min(len(name), max(_NAME_MIN, at + 1 + _RUN_KEEP if run else 0)))
+    cut = min(len(name), max(_NAME_MIN, at + 1 + _RUN_KEEP if run else 0))
+    wrapped = next((w for w in range(1, cut) if _name_lines(name, w)), cut)
+    return max(content, wrapped)
 
 
 def _fill(natural: list[int], floors: list[int], room: int) -> list[int] | None:
@@ -348,7 +369,11 @@ def _boxed(names: list[str], rows: list[list[str]], numeric: list[bool], widths:
     def rule(left: str, mid: str, right: str, dash: str = "─") -> str:
         return left + mid.join(dash * (w + 2) for w in widths) + right
 
-    out = [rule("┌", "┬", "┐"), "│ " + " │ ".join(fit(name, i) for i, name in enumerate(names)) + " │"]
+    out = [rule("┌", "┬", "┐")]
+    header = [_name_lines(name, widths[i]) or [name] for i, name in enumerate(names)]
+    for line in range(max((len(lines) for lines in header), default=1)):
+        parts = (fit(lines[line] if line < len(lines) else "", i) for i, lines in enumerate(header))
+        out.append("│ " + " │ ".join(parts) + " │")
     out.append(rule("╞", "╪", "╡", "═"))
     wrapped = [[_wrap(cell, widths[i]) for i, cell in enumerate(row)] for row in rows]
     tall = any(len(cell) > 1 for row in wrapped for cell in row)

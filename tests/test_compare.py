@@ -255,7 +255,7 @@ def test_the_terminal_names_the_runs_compared_by_letters(runs):
     each is; a file or another format keeps the run ids."""
     root, real, random, _ = runs
     args = ["query", "entropy", "--run", real, "--compare", random, "--store", root]
-    result = CliRunner().invoke(cli, [*args, "--limit", "2"])
+    result = CliRunner().invoke(cli, [*args, "--limit", "2"], env={"COLUMNS": "200"})  # the names on one line each
     assert result.exit_code == 0, result.output
     assert f"columns @A: {real}; @B: {random}" in result.stderr.splitlines()
     assert "entropy@A" in result.stdout and "entropy_diff@B" in result.stdout and real not in result.stdout

@@ -378,3 +378,19 @@ def test_a_float_column_drops_the_zeros_all_its_numbers_end_in():
     sql = "SELECT * FROM (VALUES (38.33::DOUBLE, 1.0::DOUBLE, 0.12345::DOUBLE), (7.4, 2.0, 1.0)) t(a, b, c)"
     text, _ = Result(duckdb.connect().sql(sql)).table(10, 80)
     assert "│ 38.33 │ 1.0 │ 0.1235 │" in text and "│  7.40 │ 2.0 │ 1.0000 │" in text
+
+
+def test_column_names_of_short_parts_wrap_rather_than_the_rows_turning_to_records():
+    """A comparison's columns as the terminal names them (col@A) wrap after '_' and before '@' onto up to three
+    header lines, where cut or whole they would not fit: the answer stays a table, every name whole."""
+    names = ["layer", "head"] + [f"{c}{s}" for c in ("entropy", "cls_entropy", "uniform_entropy")
+                                 for s in ("@A", "@B", "_diff@B")]  # fmt: skip
+    rows = [["1", "1", *(["2.2473", "2.2473", "-1.378e-06"] * 3)], ["12", "12", *(["0.0072", "0.0072", "0.0"] * 3)]]
+    text = render_table(names, rows, [True] * len(names), 120)
+    lines = text.splitlines()
+    assert lines[0].startswith("┌") and all(len(line) <= 120 for line in lines), text
+    body = lines.index(next(line for line in lines if line.startswith("╞")))
+    header = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines[1:body]]
+    assert 2 <= len(header) <= 3 and "…" not in text and "column names cut" not in text
+    assert ["".join(parts) for parts in zip(*header, strict=True)] == names  # each name whole, read down its column
+    assert render_table(names, rows, [True] * len(names), 100).startswith("layer:")  # narrower still: records
