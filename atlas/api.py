@@ -49,7 +49,7 @@ from atlas.ingestion.run_id import number_text
 from atlas.macros import macro_call
 from atlas.maps import read_maps
 from atlas.prerequisites import check as check_prerequisites
-from atlas.store import Store, table_schemas
+from atlas.store import Store, is_uri, table_schemas
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -82,6 +82,10 @@ def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     ``store=...`` (``--store``), or $ATLAS_STORE."""
     checks.named("store", path, "empty; name the store folder, or leave it out")
     env = os.environ.get("ATLAS_STORE")
+    given = os.fspath(path) if path is not None else env
+    if given and is_uri(given):
+        named = arg("store", repr(given)) if path is not None else f"ATLAS_STORE {given!r}"
+        raise AtlasError(f"{named}: a URI; only the catalogue on Spark reads a store there (docs/cluster.md)")
     return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
 
 
@@ -595,7 +599,7 @@ def answer_on_spark(
     or any URI Spark reads (s3a://, hdfs://; default as ``open``: $ATLAS_STORE, which may be a URI too), read on
     this process's SparkSession, else on a new one on ``master``. Needs pyspark (pip install
     'attention-atlas[spark]')."""
-    from atlas.spark import EnvURI, answer, is_uri, session
+    from atlas.spark import EnvURI, answer, session
 
     entry = _chosen(name)
     _not_empty(run)

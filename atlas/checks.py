@@ -80,9 +80,10 @@ def _fits(value: object, kind: object) -> bool | None:
     if (origin or kind) is os.PathLike:
         return isinstance(value, os.PathLike)
     if origin in (collections.abc.Sequence, list, tuple):  # or any sized iterable of them (an array, a Series)
-        if isinstance(value, str | bytes | collections.abc.Mapping) or not isinstance(value, collections.abc.Iterable):
+        if isinstance(value, str | bytes | collections.abc.Mapping | collections.abc.Set):  # a set has no order
             return False
-        if not isinstance(value, collections.abc.Sized):  # a generator: read once, not twice
+        sized = isinstance(value, collections.abc.Iterable) and isinstance(value, collections.abc.Sized)
+        if not sized or getattr(value, "ndim", 1) == 0:  # a generator (read once), a 0-d array (not iterable)
             return False
         item = inner[0] if inner else object
         return all(_fits(v, item) is not False for v in value)
@@ -160,7 +161,8 @@ def typed(fn: Callable) -> Callable:
             elif name in hints and _fits(value, kind) is False:
                 raise AtlasError(f"{arg(name, _shown(value))}: expected {_words(kind)}")
             elif isinstance(value, np.generic):  # NumPy's scalars as Python's (a run id's JSON takes no int64)
-                bound.arguments[name] = value.item()
+                narrow = isinstance(value, np.floating) and value.itemsize < 8  # float32(0.9) as 0.9, its digits
+                bound.arguments[name] = float(str(value)) if narrow else value.item()
         return fn(*bound.args, **bound.kwargs)
 
     return checked

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 _OPEN, _MID, _CLOSE = "\ue000", "\ue001", "\ue002"  # private-use characters around a parameter's name and value
 _ARG = re.compile(f"{_OPEN}([^{_MID}]*){_MID}([^{_CLOSE}]*){_CLOSE}")
 _QUERY = "?"  # marks a catalogue entry's parameter: --param NAME=VALUE on the command line
+_LITERAL, _QUOTED = "=", "=r"  # mark a value said as it is (``literal``), and one a call of the API quotes
+_HELD = re.compile("([\ue003\ue005])([0-9]+)\ue004")  # a marked text held out of ``api_phrases`` (\ue005: quoted)
 
 
 def arg(name: str, value: object = None, *, query: bool = False) -> str:
@@ -40,7 +42,16 @@ _PLACEHOLDERS = {"RUN"}  # a value to be given
 _WITHOUT_VALUE = {"compare": "[...]"}  # an option named without its value: the API's argument, if not a flag (True)
 
 
+def literal(value: object) -> str:
+    """A value (a run id) put into a message written in the command line's words: said as it is by both surfaces,
+    and one value of a command whatever it holds (a quote, a space, ' --'): in the API's words quoted as Python
+    quotes it (``Atlas.distances(run="students' essays__m__h")``)."""
+    return f"{_OPEN}{_LITERAL}{_MID}{value}{_CLOSE}"
+
+
 def _value(text: str) -> str:
+    if held := _HELD.fullmatch(text):  # a marked value: quoted when it is said
+        return f"\ue005{held.group(2)}\ue004"
     return text if text in _PLACEHOLDERS else repr(text)  # a placeholder as it is, a value quoted
 
 
@@ -59,24 +70,35 @@ def _api_phrase(match: re.Match[str]) -> str:
         return _option(match.group(4), match.group(5)) if match.group(4) else _option(match.group(6), match.group(7))
     head, *options = _OPTION.split(match.group(2).strip())
     named = [option.partition(" ") for option in options]
-    if match.group(1) not in _COMMANDS or any(name == "help" for name, _, _ in named):
+    if match.group(1) not in _COMMANDS:
         return match.group(0)
+    if any(name == "help" for name, _, _ in named):  # the command's help: the call's
+        return f"help({_COMMANDS[match.group(1)]})"
     args = ([_value(head)] if head else []) + [_option(name, value or None) for name, _, value in named]
     return f"{_COMMANDS[match.group(1)]}({', '.join(args)})"
 
 
 def api_phrases(text: str) -> str:
     """``text``, written in the command line's words, with each command quoted whole (``'atlas runs'``) and each
-    option of an ingest (``--dense``, ``--format X``, ``--pack X``) as the API's call or argument; the parameters
-    and values marked with ``arg`` are left as they are."""
-    out, at = [], 0
-    for marked in _ARG.finditer(text):
-        out += [_PHRASE.sub(_api_phrase, text[at : marked.start()]), marked.group(0)]
-        at = marked.end()
-    return "".join(out) + _PHRASE.sub(_api_phrase, text[at:])
+    option of an ingest (``--dense``, ``--format X``, ``--pack X``) as the API's call or argument; a marked
+    parameter or value (``arg``, ``literal``) is held out whole, and a value in a call is quoted."""
+    marks: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        marks.append(match.group(0))
+        return f"\ue003{len(marks) - 1}\ue004"
+
+    def restore(match: re.Match[str]) -> str:
+        mark = marks[int(match.group(2))]
+        quoted = match.group(1) == "\ue005" and mark.startswith(_OPEN + _LITERAL + _MID)
+        return mark.replace(_OPEN + _LITERAL, _OPEN + _QUOTED, 1) if quoted else mark
+
+    return _HELD.sub(restore, _PHRASE.sub(_api_phrase, _ARG.sub(hold, text)))
 
 
 def _api_words(match: re.Match[str]) -> str:
+    if match.group(1) in (_LITERAL, _QUOTED):
+        return repr(match.group(2)) if match.group(1) == _QUOTED else match.group(2)
     name, value = match.group(1).removeprefix(_QUERY), match.group(2)
     return f"{name}={value}" if value else name
 
@@ -93,6 +115,8 @@ def cli_words(text: str, flags: Mapping[str, str] | None = None) -> str:
 
     def option(match: re.Match[str]) -> str:
         name, value = match.group(1), match.group(2)
+        if name in (_LITERAL, _QUOTED):
+            return value
         if name.startswith(_QUERY):
             return f"--param {name.removeprefix(_QUERY)}" + (f"={value}" if value else "")
         flag = flags.get(name, "--" + name.replace("_", "-"))

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import duckdb
 
 from atlas.catalogue import Entry, named_parameters, resolve
-from atlas.errors import AtlasError, Note
+from atlas.errors import AtlasError, Note, literal
 from atlas.needs import ROLES_STORED, SHARED, Need
 
 __all__ = ["ROLES_STORED", "SHARED", "Need", "check", "check_with"]
@@ -42,7 +42,8 @@ def check_with(entry: Entry, params: dict[str, object], count: Callable[[Need], 
     for need in entry.needs:
         if (count(need) or 0) > 0:
             continue
-        message = named_parameters(need.message.format(**params), params)
+        values = {name: literal("" if value is None else value) for name, value in params.items()}  # held whole
+        message = named_parameters(need.message.format(**values), params)
         if need.fatal:
             raise AtlasError(message)
         notes.append(Note(f"note: {message}"))

@@ -176,6 +176,11 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def is_uri(text: str) -> bool:
+    """Whether a store is named by a URI (s3a://, hdfs://, file:), which Spark reads, not a local folder."""
+    return "://" in text or text.startswith("file:")
+
+
 class StoreBusy(AtlasError):
     """Another process is writing to the store."""
 

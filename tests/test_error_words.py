@@ -9,6 +9,7 @@ import inspect
 import re
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import polars as pl
 import pytest
@@ -20,6 +21,7 @@ from atlas.api_tasks import ablate
 from atlas.cli import FLAGS, cli
 from atlas.errors import AtlasError
 from atlas.ingestion.conllu import write_first_sentences
+from atlas.prerequisites import check
 from atlas.store import Store
 from atlas.tasks.ablate import sweep
 
@@ -327,8 +329,8 @@ def test_every_command_said_is_an_api_call():
     assert {"train_run", "eval_run"} <= set(inspect.signature(atlas.Atlas.probe).parameters)
     assert "runs" in inspect.signature(atlas.Atlas.query).parameters
     assert (
-        errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense or 'atlas query --help'")
-        == "see 'atlas nosuch --x' or 'atlas' and x--dense or 'atlas query --help'"
+        errors.api_phrases("see 'atlas nosuch --x' or 'atlas' and x--dense or 'atlas ingest --help'")
+        == "see 'atlas nosuch --x' or 'atlas' and x--dense or help(atlas.ingest)"
     )
 
 
@@ -394,11 +396,11 @@ def test_typed_takes_what_the_annotation_says_and_gives_python_values():
     def call(n: int, share: float, flag: bool, runs: collections.abc.Sequence[str | None] | None = None) -> tuple:
         return n, share, flag, runs
 
-    got = call(np.int64(3), np.float32(0.5), np.bool_(True))
-    assert got == (3, 0.5, True, None) and [type(v) for v in got[:3]] == [int, float, bool]
+    got = call(np.int64(3), np.float32(0.9), np.bool_(True))
+    assert got == (3, 0.9, True, None) and [type(v) for v in got[:3]] == [int, float, bool]  # 0.9, not float32's
     assert call(1, 2, False, runs=pl.Series(["a", None]))[3].to_list() == ["a", None]
     assert call(1, 2.0, False, runs=("a", "b"))[3] == ("a", "b")
-    for runs in ((r for r in "ab"), "ab", ["a", 3]):
+    for runs in ((r for r in "ab"), "ab", ["a", 3], {"a", "b"}, np.array("a")):  # a set has no first run
         assert "expected a list of text (or None)" in str(api_error(call, 1, 2.0, False, runs=runs))
     said = str(api_error(call, 1, 2.0, False, runs=pl.Series(list(range(1000)))))
     assert "\n" not in said and len(said) < 400
@@ -418,3 +420,22 @@ def test_phrases_of_the_command_line_kept_whole():
     assert (
         errors.api_phrases("the name says parquet but --format is csv") == "the name says parquet but --format is csv"
     )
+
+
+def test_a_run_id_in_a_need_is_one_value_however_it_is_spelt():
+    """A run id from a corpus named with a quote or a space (students' essays.conllu) is one value of the command a
+    need's message names: quoted as Python quotes it in the API's words, as given in the command line's."""
+    con = duckdb.connect()
+    con.execute((ROOT / "schema.sql").read_text())
+    for run in ("students' essays__m__h", "a --b__m__h"):
+        error = api_error(check, con, "head distances", {"run": run})
+        assert str(error).endswith(f"run Atlas.distances(run={run!r}) first"), str(error)
+        assert error.cli_text().endswith(f"run 'atlas distances --run {run}' first")
+
+
+def test_a_store_at_a_uri_is_for_spark(monkeypatch):
+    """DuckDB reads a store in a folder; a URI (which a path would mangle: s3a:/bucket) is refused, naming Spark."""
+    error = api_error(atlas.open, "s3a://bucket/store")
+    assert str(error).startswith("store='s3a://bucket/store': a URI; only the catalogue on Spark reads a store there")
+    monkeypatch.setenv("ATLAS_STORE", "hdfs://host/store")
+    assert str(api_error(atlas.open)).startswith("ATLAS_STORE 'hdfs://host/store': a URI;")

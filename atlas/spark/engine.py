@@ -11,6 +11,8 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,7 +25,7 @@ from atlas.errors import AtlasError, arg
 from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
-from atlas.store import Store, table_schemas
+from atlas.store import Store, is_uri, table_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,11 +61,6 @@ def require_pyspark() -> None:
         raise AtlasError(f"{arg('engine', repr('spark'))}: pyspark is not installed ({INSTALL})") from None
 
 
-def is_uri(text: str) -> bool:
-    """Whether a store is named by a URI (s3a://, hdfs://, file:), not a local path."""
-    return "://" in text or text.startswith("file:")
-
-
 class EnvURI(str):
     """A store's URI that $ATLAS_STORE gave (no store given): named so in errors, as ``Store.named`` names a path."""
 
@@ -91,6 +88,23 @@ def check_master(master: str) -> None:
         raise AtlasError(f"{arg('master', repr(master))}: not a Spark master ({MASTERS})")
 
 
+@contextmanager
+def _quiet_start() -> Iterator[None]:
+    """Spark's driver started with atlas's logging (errors only: ``log4j2.properties``), through SPARK_SUBMIT_OPTS,
+    which goes before the user's own Java options of spark-defaults.conf (their logging, if any, wins); quoted, as
+    a path may hold a space."""
+    uri = Path(str(resources.files("atlas.spark") / "log4j2.properties")).resolve().as_uri()
+    before = os.environ.get("SPARK_SUBMIT_OPTS")
+    os.environ["SPARK_SUBMIT_OPTS"] = f'{before or ""} "-Dlog4j2.configurationFile={uri}"'.strip()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["SPARK_SUBMIT_OPTS"]
+        else:
+            os.environ["SPARK_SUBMIT_OPTS"] = before
+
+
 def session(master: str = "local[2]") -> SparkSession:
     """The SparkSession of this process, else a new one on ``master``, which logs nothing (an entry's refusal is
     said in one line, not logged with Spark's trace) and draws no progress bars."""
@@ -105,11 +119,9 @@ def session(master: str = "local[2]") -> SparkSession:
     from pyspark.errors import PySparkException
 
     check_master(master)
-    logging_file = resources.files("atlas.spark") / "log4j2.properties"  # Spark's start says nothing
     builder = SparkSession.builder.master(master).appName("attention-atlas")
-    builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{logging_file}")
     try:
-        with warnings.catch_warnings():  # pyspark's word on the pandas version, which atlas never hands it
+        with warnings.catch_warnings(), _quiet_start():  # pyspark's word on the pandas version, never handed it
             warnings.simplefilter("ignore", FutureWarning)
             spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
     except (PySparkException, Py4JError) as exc:  # a master Spark cannot start on, or reach
