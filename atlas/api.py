@@ -25,6 +25,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -626,13 +627,22 @@ def _chosen(name: str) -> Entry:
     """The entry ``name`` names; where close words chose it, an ``AtlasNote`` says which."""
     entry, said = choose(name)
     if said is not None:
-        warnings.warn(api_text(said), AtlasNote, stacklevel=3)
+        warnings.warn(api_text(said), AtlasNote, stacklevel=_caller())
     return entry
+
+
+def _caller() -> int:
+    """The ``stacklevel`` that points a warning issued by the function calling this at the first frame outside atlas
+    (the user's line, however many of atlas's own calls and checks lie between)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "atlas":
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _warn(notes: tuple[str, ...]) -> None:
     for note in notes:
-        warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=3)
+        warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=_caller())
 
 
 @dataclass(frozen=True)

@@ -166,9 +166,13 @@ def test_query_errors_are_the_cli_errors(sample, st):
 
 
 def test_a_note_is_a_warning(st):
-    with pytest.warns(atlas.AtlasNote, match="has no two-segment inputs"):
+    """A note, and the entry close words chose, are warnings pointing at the caller's line, not into atlas."""
+    with pytest.warns(atlas.AtlasNote, match="has no two-segment inputs") as notes:
         frame = st.query("sep to sep")
-    assert not frame.is_empty()
+    assert not frame.is_empty() and {note.filename for note in notes} == {__file__}
+    with pytest.warns(atlas.AtlasNote, match="taken as 'best head per dependency relation'") as notes:
+        st.answer("best head", min_count=1)
+    assert {note.filename for note in notes} == {__file__}
 
 
 def test_sql_is_read_only_and_what_the_cli_prints(sample, st):
