@@ -50,7 +50,7 @@ from atlas.ingestion.run_id import number_text
 from atlas.macros import macro_call
 from atlas.maps import read_maps
 from atlas.prerequisites import check as check_prerequisites
-from atlas.store import Store, is_uri, table_schemas
+from atlas.store import Store, is_uri, store_named, table_schemas
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -85,7 +85,7 @@ def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     env = os.environ.get("ATLAS_STORE")
     given = os.fspath(path) if path is not None else env
     if given and is_uri(given):
-        named = arg("store", repr(given)) if path is not None else f"ATLAS_STORE {given!r}"
+        named = store_named(given, from_env=path is None)
         raise AtlasError(f"{named}: a URI; only the catalogue on Spark reads a store there (docs/cluster.md)")
     return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
 

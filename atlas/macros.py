@@ -49,7 +49,6 @@ _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $met
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
 RUN_A = Parameter("a", "the reference run", LATEST)
 RUN_B = Parameter("b", "the run compared with a", None)
-ELSE_TRUE = "ELSE true END AS ok"  # the end of a check's CASE
 VERSION = "4"  # of the generated text; part of the state recorded in atlas_meta
 
 
@@ -223,15 +222,6 @@ def _compare_checks(entry: Entry, macro: str, keys: Sequence[str], arguments: di
     """SQL expressions whose concatenation is a query of one row, true, when runs a and b (atlas_ids) can be
     compared; else the error saying why, as atlas: a run not in the store, the same run twice, models of other
     shapes, the entry's other run parameters (``arguments``: all but run), then its needs, for a, then for b."""
-    clauses = _run_checks(macro, arguments)
-    for run in (RUN_A, RUN_B):
-        clauses += _need_checks(entry, macro, {**arguments, "run": _argument_sql(macro, run)})
-    head, tail = _check_sql(entry, macro, keys).split(ELSE_TRUE)
-    return [_quote(head), *clauses, _quote(ELSE_TRUE + tail)]
-
-
-def _check_sql(entry: Entry, macro: str, keys: Sequence[str]) -> str:
-    """One row, true, when runs a and b (atlas_ids) can be compared; else the error saying why (as atlas)."""
     shapes = ""
     if set(keys) & set(HEAD_KEYS):
         message = (
@@ -245,13 +235,18 @@ def _check_sql(entry: Entry, macro: str, keys: Sequence[str]) -> str:
     no_run = _quote(f"{macro}: a := NULL is the latest run, and the store has no run")
     missing = _quote(f"{macro}: {{}} := '{{}}': no such run (see FROM runs)")
     same = _quote(f"{macro}: a and b are the same run; name two different runs")
-    return (
+    runs = (
         f"SELECT CASE WHEN i.a IS NULL THEN error({no_run}) "
         f"WHEN ra.run_id IS NULL THEN error(format({missing}, 'a', i.a)) "
         f"WHEN rb.run_id IS NULL THEN error(format({missing}, 'b', i.b)) "
-        f"WHEN i.a = i.b THEN error({same}) {shapes}{ELSE_TRUE} "
-        "FROM atlas_ids i LEFT JOIN runs ra ON ra.run_id = i.a LEFT JOIN runs rb ON rb.run_id = i.b"
+        f"WHEN i.a = i.b THEN error({same}) {shapes}"
     )
+    clauses = _run_checks(macro, arguments)
+    for run in (RUN_A, RUN_B):
+        clauses += _need_checks(entry, macro, {**arguments, "run": _argument_sql(macro, run)})
+    rows = "ELSE true END AS ok FROM atlas_ids i LEFT JOIN runs ra ON ra.run_id = i.a LEFT JOIN runs rb "
+    rows += "ON rb.run_id = i.b"
+    return [_quote(runs), *clauses, _quote(rows)]
 
 
 def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:

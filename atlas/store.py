@@ -176,6 +176,12 @@ def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+def store_named(text: str, from_env: bool) -> str:
+    """A store (its path or URI) as an error names it: the parameter ``store`` and what was given (see
+    ``atlas.errors``), or $ATLAS_STORE and its value where that named it (no store given)."""
+    return f"ATLAS_STORE {text!r}" if from_env else arg("store", repr(text))
+
+
 def is_uri(text: str) -> bool:
     """Whether a store is named by a URI (s3a://, hdfs://, file:), which Spark reads, not a local folder."""
     return "://" in text or text.startswith("file:")
@@ -205,7 +211,7 @@ class Store:
     def named(self) -> str:
         """The store as an error names it: the parameter ``store`` and its path (see ``atlas.errors``), or
         $ATLAS_STORE and its path where that named it."""
-        return f"ATLAS_STORE {str(self.root)!r}" if self.from_env else arg("store", repr(str(self.root)))
+        return store_named(str(self.root), self.from_env)
 
     def exists(self) -> bool:
         return self.db.is_file()

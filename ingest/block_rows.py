@@ -18,7 +18,7 @@ import torch
 from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 from atlas.ingestion.stages import stage
-from atlas.ingestion.tensor_rows import _Batch, _edges, continuations
+from atlas.ingestion.tensor_rows import _Batch, _edges, word_pieces
 
 Arrays = dict[str, np.ndarray]
 
@@ -36,11 +36,9 @@ class BlockRows:
         # on the host: each word's first piece (-1: none of its own), and every other piece of a word with its word,
         # by rank (tensor_rows.continuations)
         token_word = [w if w is not None and w < self.words else None for w in batch.token_words[0]]
-        self.first_tok = np.full(self.words, -1, dtype=np.int64)
-        for t, w in reversed(list(enumerate(token_word))):
-            if w is not None:
-                self.first_tok[w] = t
-        self.ranks = [(tok[0], word[0]) for tok, word in continuations([token_word], self.words)]
+        first, _, ranks = word_pieces([token_word], self.words)
+        self.first_tok = first[0]
+        self.ranks = [(tok[0], word[0]) for tok, word in ranks]
         self.pieceless = bool((self.first_tok < 0).any())
         self.block_words: dict[int, tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]] = {}
         self.shape: _Batch | None = None  # the word structure, on the maps' device (made with the first block)

@@ -9,7 +9,6 @@ the values come as computed, before ``ingest.sparsify`` rounds them to the store
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -35,23 +34,33 @@ def _blocks(n_examples: int, per_example: int, work_weights: int) -> Iterator[tu
         yield start, min(start + step, n_examples)
 
 
-def continuations(token_words: Sequence[Sequence[int | None]], w_max: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The pieces of each input's words after their first, by rank: for the second pieces, then the third, ...,
-    the tokens ``[inputs, k]`` and their words ``[inputs, k]`` (padded with token 0 and the spare unit ``w_max``).
-    A word is at most once in a rank, so that adding a rank's pieces to their words (``scatter_add_``) adds to each
-    word one piece: each word's sum is made in one order, its pieces' (on CUDA, additions to one place come in no
-    fixed order, and a word of three pieces or more summed otherwise from one ingest to the next)."""
+def word_pieces(
+    token_words: Sequence[Sequence[int | None]], w_max: int
+) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, np.ndarray]]]:
+    """Each input's words' first pieces ``[inputs, w_max]`` (-1: a word without pieces of its own) and numbers of
+    pieces; and the pieces after a word's first, by rank: for the second pieces, then the third, ..., the tokens
+    ``[inputs, k]`` and their words ``[inputs, k]`` (padded with token 0 and the spare unit ``w_max``). A word is at
+    most once in a rank, so that adding a rank's pieces to their words (``scatter_add_``) adds to each word one
+    piece: each word's sum is made in one order, its pieces' (on CUDA, additions to one place come in no fixed
+    order, and a word of three pieces or more summed otherwise from one ingest to the next)."""
+    first = np.full((len(token_words), w_max), -1, dtype=np.int64)
+    pieces = np.zeros((len(token_words), w_max), dtype=np.int64)
     ranks: list[list[list[tuple[int, int]]]] = []  # rank -> input -> (token, word)
     for b, tw in enumerate(token_words):
-        seen: dict[int, int] = defaultdict(int)
+        seen: dict[int, int] = {}
         for t, w in enumerate(tw):
             if w is None:
                 continue
-            if seen[w]:
-                if len(ranks) < seen[w]:
+            k = seen.get(w, 0)
+            if not k:
+                first[b, w] = t
+            else:
+                if len(ranks) < k:
                     ranks.append([[] for _ in token_words])
-                ranks[seen[w] - 1][b].append((t, w))
-            seen[w] += 1
+                ranks[k - 1][b].append((t, w))
+            seen[w] = k + 1
+        if seen:
+            pieces[b, list(seen)] = list(seen.values())
     out = []
     for rank in ranks:
         width = max(map(len, rank))
@@ -61,7 +70,7 @@ def continuations(token_words: Sequence[Sequence[int | None]], w_max: int) -> li
             if pairs:
                 tok[b, : len(pairs)], word[b, : len(pairs)] = zip(*pairs, strict=True)
         out.append((tok, word))
-    return out
+    return first, pieces, out
 
 
 class _Batch:
@@ -76,15 +85,11 @@ class _Batch:
         self.n = torch.tensor(self.lengths, device=device)
         self.valid = torch.arange(n_max, device=device) < self.n[:, None]  # [batch, n]: a real token, not padding
         # each word's first piece (column w_max: a spare unit taking whatever belongs to no word), and every other
-        # piece of a word (a "continuation") with its word, by rank (``continuations``; padded with the spare unit)
+        # piece of a word (a "continuation") with its word, by rank (``word_pieces``; padded with the spare unit)
+        starts, counts, ranks = word_pieces(token_words, w_max)
         first = np.zeros((len(lengths), w_max + 1), dtype=np.int64)
-        pieces = np.zeros((len(lengths), w_max), dtype=np.float64)
-        for b, tw in enumerate(token_words):
-            for t, w in enumerate(tw):
-                if w is not None:
-                    if not pieces[b, w]:
-                        first[b, w] = t
-                    pieces[b, w] += 1
+        first[:, :w_max] = np.maximum(starts, 0)
+        pieces = counts.astype(np.float64)
         real = np.arange(w_max) < np.array(n_words)[:, None]
         pieceless = real & (pieces == 0)  # a word of the input without pieces of its own
         pieces[pieces == 0] = 1  # those, and words past an input's own
@@ -94,7 +99,7 @@ class _Batch:
         # the ranks and the columns its own inputs have: a word of many pieces in one input costs the others nothing)
         self.continuations = [
             (torch.from_numpy(tok).to(device), torch.from_numpy(word).to(device), (word < w_max).sum(axis=1))
-            for tok, word in continuations(token_words, w_max)
+            for tok, word in ranks
         ]
         # FROM a word the mean over its pieces (or its first piece's row): each word's row scaled by this, 0 past the
         # input's own words, and each column by ``real`` (1 for the input's own words, else 0); with ``whole``, the

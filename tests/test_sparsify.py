@@ -231,7 +231,7 @@ def test_a_word_is_summed_from_its_pieces_in_their_order():
     so a word's sum adds its pieces in their order on every device (on CUDA, additions to one place in one
     ``scatter_add_`` come in no fixed order); padding goes to the spare unit."""
     token_words = [[None, 0, 0, 1, 2, 2, 2, 2, None], [0, 1, 1, 1, None], [None, 0, None]]
-    ranks = tensor_rows.continuations(token_words, 3)
+    _, _, ranks = tensor_rows.word_pieces(token_words, 3)
     assert len(ranks) == 3  # word 2 of the first input has three pieces after its first
     added: list[list[tuple[int, int]]] = [[] for _ in token_words]
     for tok, word in ranks:

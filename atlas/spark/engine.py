@@ -25,7 +25,7 @@ from atlas.errors import AtlasError, arg
 from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
-from atlas.store import Store, is_uri, table_schemas
+from atlas.store import Store, is_uri, store_named, table_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -231,9 +231,9 @@ def _cause(exc: Exception) -> str:
 
 
 def _named(store: str | os.PathLike[str]) -> str:
-    if isinstance(store, EnvURI):
-        return f"ATLAS_STORE {str(store)!r}"
-    return store.named if isinstance(store, Store) else arg("store", repr(os.fspath(store)))
+    if isinstance(store, Store):
+        return store.named
+    return store_named(os.fspath(store), from_env=isinstance(store, EnvURI))
 
 
 def _parameter_text(value: object) -> str:
