@@ -3,7 +3,7 @@
     python bench/bench_device.py CORPUS [--format conllu|repeated] [--length N --count K]
         [--pack window --max-length N] [--model FOLDER] [--random-init] [--config KEY=VALUE ...]
         [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda|mps] [--repeat N] [--passes N]
-        [--no-warm-up] [--no-stages]
+        [--no-warm-up] [--no-stages] [--same]
     python bench/bench_device.py --memory 1023 4095 [--count K] --model FOLDER --random-init --config ...
 
 For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
@@ -13,7 +13,8 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
    computed block by block, as the ingest computes it), and (b) the model's forward pass with PyTorch's SDPA
    attention in bfloat16, which gives no attention weights: what the model costs a user who wants none;
 3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), and the device's peak
-   memory during it;
+   memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, and each
+   column's sum of hashes);
 4. ``## stages``: one more ingest with each stage timed (ingest.stages: the device waited for at each stage's end,
    so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
    to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
@@ -66,6 +67,8 @@ STAGES = (
 )  # fmt: skip
 # the work on the host whatever the device: a floor to the ingest where the model's is milliseconds
 HOST_STAGES = ("reading and aligning", "tables", "writing")
+# the tables an ingest writes, compared column by column by --same
+INGESTED = ("examples", "tokens", "words", "attn_rows", "attn_edges", "word_rows")
 
 
 def _sync(device: torch.device) -> None:
@@ -151,6 +154,34 @@ def corpus_of(args: argparse.Namespace) -> CorpusInfo:
     return check_corpus(args.corpus)
 
 
+def checksums(store: Store) -> dict[str, tuple]:
+    """Each ingested table's rows and, per column, the sum of its values' hashes (DuckDB's ``hash``)."""
+    con = store.connect()
+    try:
+        sums = {}
+        for table in INGESTED:
+            columns = [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
+            hashes = ", ".join(f'sum(hash("{c}"))' for c in columns)
+            values = con.execute(f"SELECT count(*), {hashes} FROM {table}").fetchone()
+            sums[table] = (values[0], dict(zip(columns, values[1:], strict=True)))
+        return sums
+    finally:
+        con.close()
+
+
+def same_store(first: dict[str, tuple], other: dict[str, tuple]) -> str:
+    """Where a store differs from the first one: its tables' rows and the columns whose hashes differ."""
+    differences = []
+    for table, (rows, columns) in first.items():
+        rows_other, columns_other = other[table]
+        changed = [c for c in columns if columns[c] != columns_other[c]]
+        if rows != rows_other:
+            differences.append(f"{table}: {rows_other:,} rows, not {rows:,}")
+        elif changed:
+            differences.append(f"{table}: {', '.join(changed)}")
+    return "; ".join(differences) or "the same"
+
+
 def model_of(args: argparse.Namespace, dtype: str) -> LoadedModel:
     return load_model(args.model, random_init=args.random_init, seed=0, dtype=dtype, **config_overrides(args.config))
 
@@ -223,6 +254,7 @@ def main() -> None:
     parser.add_argument("--passes", type=int, default=3, help="forward passes (a) and (b) timed (the median)")
     parser.add_argument("--no-warm-up", action="store_true", help="no ingest before the timed ones")
     parser.add_argument("--no-stages", action="store_true", help="no ingest with its stages timed")
+    parser.add_argument("--same", action="store_true", help="compare each timed ingest's store with the first's")
     parser.add_argument("--memory", type=int, nargs="+", default=None, help="lengths of repeated random tokens")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -258,7 +290,8 @@ def main() -> None:
         eager = eager_with_capture(lm, batches, device, args.passes)
         sdpa = sdpa_bfloat16(lm, batches, device, args.passes)
         del batches
-        ingests, peaks = [], []
+        ingests, peaks, sameness = [], [], []
+        first = None
         for k in range(args.repeat):
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
@@ -266,6 +299,11 @@ def main() -> None:
             ingest(corpus, Store(work / f"store{k}"), lm, settings, progress=False)
             ingests.append(time.perf_counter() - start)
             peaks.append(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0)
+            if args.same:
+                sums = checksums(Store(work / f"store{k}"))
+                first = first or sums
+                if k:
+                    sameness.append(same_store(first, sums))
             shutil.rmtree(work / f"store{k}")
         seconds = statistics.median(ingests)
         print("\n## time, s")
@@ -277,6 +315,8 @@ def main() -> None:
         print(f"ingest / (b)                                              {seconds / sdpa:9.2f}")
         if device.type == "cuda":
             print(f"peak GPU memory during an ingest: {max(peaks):.1f} GiB")
+        for k, verdict in enumerate(sameness, start=2):
+            print(f"store of ingest {k} against the first's (rows, each column's hashes): {verdict}")
         if args.no_stages:
             return
         with timing() as clock:
