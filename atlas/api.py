@@ -313,7 +313,7 @@ class Atlas:
         """A catalogue entry's answer (see ``answer``; ``runs``: two or more runs side by side, with the differences
         to the first); its notes are issued as ``AtlasNote`` warnings."""
         answer = self.answer(name, run, runs, **params)
-        _warn(answer.notes)
+        warn_notes(answer.notes)
         return answer.frame
 
     @checks.typed
@@ -326,7 +326,7 @@ class Atlas:
         from atlas.plot import figure
 
         answer = self.answer(name, run, runs, **params)
-        _warn(answer.notes)
+        warn_notes(answer.notes)
         return figure(answer.entry, answer.frame, answer.title, answer.runs)
 
     # analyses written into the store: each holds the store's writer lock (refused at once while another
@@ -345,7 +345,7 @@ class Atlas:
         examples: int = 500,
         clusters: int = 6,
         progress: bool = True,
-        model: str | None = None,
+        model: str | os.PathLike[str] | None = None,
     ) -> str:
         """Compute head distances (Jensen-Shannon divergence between heads, averaged over ``run``'s first
         ``examples`` inputs; MDS and ``clusters`` clusters) and add them to the store; returns the run id.
@@ -373,7 +373,7 @@ class Atlas:
         eval_limit: int | None = None,
         glove_shift: bool = False,
         progress: bool = True,
-        model: str | None = None,
+        model: str | os.PathLike[str] | None = None,
     ) -> pl.DataFrame:
         """Train Clark et al.'s attention probes (Section 5) on ``train_run``'s sentences and score their UAS
         on ``eval_run``'s (same model); the probes and their weights are stored together. ``glove_shift``:
@@ -400,7 +400,10 @@ class Atlas:
 
     @checks.typed
     def patterns(
-        self, run: str | None = None, labels: str | os.PathLike[str] | None = None, model: str | None = None
+        self,
+        run: str | None = None,
+        labels: str | os.PathLike[str] | None = None,
+        model: str | os.PathLike[str] | None = None,
     ) -> Classed:
         """Class every (input, head) map of ``run`` into Kovaleva et al.'s five patterns, by the rule in
         ``atlas.patterns`` or, given ``labels`` (a CSV of hand labels: example_id, layer, head, pattern), by
@@ -640,7 +643,8 @@ def _caller() -> int:
     return level
 
 
-def _warn(notes: tuple[str, ...]) -> None:
+def warn_notes(notes: Sequence[str]) -> None:
+    """Each note as an ``AtlasNote`` warning pointing at the caller's line."""
     for note in notes:
         warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=_caller())
 
@@ -663,7 +667,7 @@ class Ingested:
 @checks.typed
 def ingest(
     corpus: str | os.PathLike[str] | None = None,
-    model: str | None = None,
+    model: str | os.PathLike[str] | None = None,
     store: str | os.PathLike[str] | None = None,
     *,
     format: str = "conllu",  # the CLI's --format

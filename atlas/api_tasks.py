@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from atlas import checks
-from atlas.api import store_at
+from atlas.api import store_at, warn_notes
 from atlas.errors import AtlasError, arg
 from atlas.store import Store
 
@@ -31,6 +31,7 @@ class FineTuned:
     task: str
     dev_metrics: dict[str, float]
     n_train: int  # examples trained on (0 when not fine-tuned)
+    notes: tuple[str, ...] = ()  # also issued as AtlasNote warnings
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def finetune(
     task: str,
     data: str | os.PathLike[str],
     out: str | os.PathLike[str],
-    model: str | None = None,
+    model: str | os.PathLike[str] | None = None,
     *,
     random_init: bool = False,
     epochs: int = 3,
@@ -94,7 +95,7 @@ def finetune(
     examples after a seeded shuffle; ``dev_limit``: the first N dev examples."""
     from atlas.ingestion.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import load_task_model
-    from atlas.tasks.finetune import TrainSettings, check_out
+    from atlas.tasks.finetune import TrainSettings, check_out, one_update_note, updates
     from atlas.tasks.finetune import finetune as train
     from atlas.tasks.record import write_task_model
 
@@ -115,12 +116,14 @@ def finetune(
     settings = TrainSettings(epochs, train_limit, learning_rate, warmup, batch_size, seed=seed)
     info = train(tm, train_set, dev_set, settings, out, progress=progress)
     run_id = write_task_model(target, load_task_model(str(out), spec), info, out)
-    return FineTuned(run_id, out, spec.name, info["dev_metrics"], info["n_train"])
+    notes = (one_update_note(),) if updates(info["n_train"], settings) == 1 and warmup > 0 else ()
+    warn_notes(notes)
+    return FineTuned(run_id, out, spec.name, info["dev_metrics"], info["n_train"], notes)
 
 
 @checks.typed
 def ablate(
-    model: str,
+    model: str | os.PathLike[str],
     task: str,
     data: str | os.PathLike[str],
     *,
@@ -159,7 +162,7 @@ def ablate(
 
 @checks.typed
 def importance(
-    model: str,
+    model: str | os.PathLike[str],
     task: str,
     data: str | os.PathLike[str],
     *,
@@ -197,7 +200,7 @@ def importance(
 
 @checks.typed
 def grads(
-    model: str | None = None,
+    model: str | os.PathLike[str] | None = None,
     *,
     corpus: str | os.PathLike[str] | None = None,
     task: str | None = None,

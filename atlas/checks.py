@@ -160,6 +160,8 @@ def typed(fn: Callable) -> Callable:
                     raise AtlasError(f"{arg(name, _shown(bad))}: expected {_words(kind)}")
             elif name in hints and _fits(value, kind) is False:
                 raise AtlasError(f"{arg(name, _shown(value))}: expected {_words(kind)}")
+            elif isinstance(value, os.PathLike):  # a folder or file as text, as the CLI gives it
+                bound.arguments[name] = os.fspath(value)
             elif isinstance(value, np.generic):  # NumPy's scalars as Python's (a run id's JSON takes no int64)
                 narrow = isinstance(value, np.floating) and value.itemsize < 8  # float32(0.9) as 0.9, its digits
                 bound.arguments[name] = float(str(value)) if narrow else value.item()

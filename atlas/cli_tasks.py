@@ -3,12 +3,15 @@ parses its options, makes one call of the API (``atlas.api_tasks``) and prints."
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import click
 
 from atlas import api_tasks
+from atlas.api import AtlasNote
 from atlas.cli_options import FilePath, format_option, quiet_option, store_option
+from atlas.errors import note_cli_text
 from atlas.output import emit
 
 task_option = click.option("--task", required=True, help="SST-2, MRPC, RTE, STS-B, QQP, QNLI or MNLI.")
@@ -58,22 +61,26 @@ def finetune(
     store_path: str | None,
 ) -> None:
     """Fine-tune an encoder on a GLUE task (CPU), save it, and record its dev metrics in the store."""
-    done = api_tasks.finetune(
-        task,
-        data,
-        out,
-        model,
-        random_init=random_init,
-        epochs=epochs,
-        train_limit=train_limit or None,
-        learning_rate=learning_rate,
-        warmup=warmup,
-        batch_size=batch_size,
-        seed=seed,
-        dev_limit=dev_limit,
-        progress=not quiet,
-        store=store_path,
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AtlasNote)  # said below, in the command line's words
+        done = api_tasks.finetune(
+            task,
+            data,
+            out,
+            model,
+            random_init=random_init,
+            epochs=epochs,
+            train_limit=train_limit or None,
+            learning_rate=learning_rate,
+            warmup=warmup,
+            batch_size=batch_size,
+            seed=seed,
+            dev_limit=dev_limit,
+            progress=not quiet,
+            store=store_path,
+        )
+    for note in done.notes:
+        click.echo(note_cli_text(note), err=True)
     metrics = ", ".join(f"{k} {v:.2f}" for k, v in done.dev_metrics.items())
     click.echo(f"{done.task}: dev {metrics} ({done.n_train} training examples) -> {done.out}; run {done.run_id}")
 

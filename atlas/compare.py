@@ -18,6 +18,9 @@ from atlas.catalogue import Entry
 from atlas.errors import AtlasError, arg
 
 HEAD_KEYS = ("layer", "head")
+# a difference of two doubles is given to the digits a double holds of its operands: 45.69 - 10.0 is -35.69, not
+# -35.690000000000005 (the shell's comparison macros round alike: printf's %.15g, back to a double)
+DIFF_DIGITS = 15
 
 
 def letter(i: int) -> str:
@@ -80,5 +83,13 @@ def compare(entry: Entry, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
     for c in values:
         columns += [pl.col(f"{c}@{run}") for run in runs]
         if first.schema[c].is_numeric():
-            columns += [(pl.col(f"{c}@{run}") - pl.col(f"{c}@{runs[0]}")).alias(f"{c}_diff@{run}") for run in runs[1:]]
+            columns += [_difference(c, run, runs[0], first.schema[c]) for run in runs[1:]]
     return joined.sort("_order", nulls_last=True, maintain_order=True).select(columns)
+
+
+def _difference(column: str, run: str, reference: str, dtype: pl.DataType) -> pl.Expr:
+    """``column``'s value in ``run`` less its value in ``reference``; a double's to ``DIFF_DIGITS`` digits."""
+    difference = pl.col(f"{column}@{run}") - pl.col(f"{column}@{reference}")
+    if dtype == pl.Float64:
+        difference = difference.map_elements(lambda d: float(f"{d:.{DIFF_DIGITS}g}"), return_dtype=pl.Float64)
+    return difference.alias(f"{column}_diff@{run}")

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 import duckdb
 
 from atlas.catalogue import RUN_PARAMS, Entry, Parameter, entries
-from atlas.compare import HEAD_KEYS, key_columns
+from atlas.compare import DIFF_DIGITS, HEAD_KEYS, key_columns
 from atlas.errors import AtlasError
 
 LATEST = "the latest run"
@@ -49,7 +49,7 @@ _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $met
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
 RUN_A = Parameter("a", "the reference run", LATEST)
 RUN_B = Parameter("b", "the run compared with a", None)
-VERSION = "4"  # of the generated text; part of the state recorded in atlas_meta
+VERSION = "5"  # of the generated text; part of the state recorded in atlas_meta
 
 
 def macro_name(entry: Entry) -> str:
@@ -257,7 +257,10 @@ def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:
         if column not in keys:
             selected += [f'atlas_a."{column}" AS "{column}_a"', f'atlas_b."{column}" AS "{column}_b"']
             if _NUMERIC.fullmatch(kind):
-                selected.append(f'atlas_b."{column}" - atlas_a."{column}" AS "{column}_diff"')
+                difference = f'atlas_b."{column}" - atlas_a."{column}"'
+                if kind == "DOUBLE":  # to the digits a double holds, as atlas.compare gives it
+                    difference = f"printf('%.{DIFF_DIGITS}g', {difference})::DOUBLE"
+                selected.append(f'{difference} AS "{column}_diff"')
     aligned = " AND ".join(f'atlas_a."{k}" IS NOT DISTINCT FROM atlas_b."{k}"' for k in keys)
     return (
         f"SELECT {', '.join(selected)} FROM atlas_a FULL JOIN atlas_b ON {aligned} "

@@ -83,6 +83,15 @@ def test_ingest_is_the_cli_ingest(sample, tmp_path):
     assert f"{done.n_edges:,} attention edges" in fresh.output
 
 
+def test_a_model_folder_is_named_as_text_or_a_path(tmp_path):
+    """``model`` takes a folder as a ``Path`` as it takes its text: the same run, found again."""
+    folder = Path(__file__).resolve().parent.parent / "samples" / "models" / "induction-2l"
+    kwargs = {"store": tmp_path / "s", "format": "repeated", "length": 5, "count": 1, "progress": False}
+    done = atlas.ingest(model=folder, **kwargs)
+    again = atlas.ingest(model=str(folder), **kwargs)
+    assert again.already_present and again.run_id == done.run_id
+
+
 def test_ingest_refuses_what_the_cli_refuses(sample, tmp_path):
     store, corpus, _ = sample
     zipped = tmp_path / "c.conllu.gz"

@@ -20,6 +20,7 @@ from polars.testing import assert_frame_equal, assert_series_equal
 import atlas
 from atlas.catalogue import resolve
 from atlas.cli import cli
+from atlas.compare import compare as aligned
 from atlas.compare import lettered
 from atlas.errors import AtlasError
 from atlas.macros import compare_macro_name
@@ -261,6 +262,18 @@ def test_the_terminal_names_the_runs_compared_by_letters(runs):
     assert "entropy@A" in result.stdout and "entropy_diff@B" in result.stdout and real not in result.stdout
     csv = CliRunner().invoke(cli, [*args, "--format", "csv"])
     assert f"entropy@{real},entropy@{random},entropy_diff@{random}" in csv.stdout.splitlines()[0]
+
+
+def test_a_difference_of_doubles_has_the_digits_of_its_values():
+    """0.3 - 0.1 is 0.2, not 0.19999999999999998 (a file's CSV or JSON shows every digit); float32 and whole numbers
+    are as computed, NULL stays NULL."""
+    a = pl.DataFrame({"layer": [0, 0, 1], "head": [0, 1, None], "x": [0.1, 1.1, None], "n": [1, 2, 3]})
+    b = a.with_columns(x=pl.Series([0.3, 2.675, 1.0]), n=pl.Series([4, 4, 4]))
+    frame = aligned(resolve("entropy"), {"A": a, "B": b})
+    assert frame["x_diff@B"].to_list() == [0.2, 1.575, None]
+    assert frame["n_diff@B"].to_list() == [3, 2, 1]
+    single = aligned(resolve("entropy"), {"A": a.cast({"x": pl.Float32}), "B": b.cast({"x": pl.Float32})})
+    assert single["x_diff@B"].dtype == pl.Float32
 
 
 def test_letters_go_to_the_run_a_column_is_of():

@@ -21,7 +21,7 @@ from polars.testing import assert_frame_equal
 import atlas
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
-from atlas.macros import compare_macro_name, macro_call, macro_name, macro_sql
+from atlas.macros import _select_sql, compare_macro_name, macro_call, macro_name, macro_sql
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
 
 DUCKDB = Path(sys.executable).parent / "duckdb"  # the duckdb-cli package: the library's version
@@ -247,3 +247,18 @@ def test_run_parameters_and_each_runs_needs_are_checked_as_in_atlas(store, tmp_p
     sql = f"FROM compare_best_head_per_dependency_relation(a := '{parsed}', b := '{drawn.run_id}')"
     result = shell(other / "atlas.duckdb", sql, tmp_path)
     assert result.returncode != 0 and f"run {drawn.run_id} has no dependency relations" in result.stderr, result.stderr
+
+
+def test_a_comparison_macro_gives_a_difference_of_doubles_as_atlas_does():
+    """The shell's comparison gives b - a of doubles to the digits atlas.compare gives (0.2, not
+    0.19999999999999998); whole numbers as computed; NULL stays NULL."""
+    con = duckdb.connect()
+    values = "VALUES (0, 0.1::DOUBLE, 1), (1, 1.1, 2), (2, NULL, 3)"
+    con.execute(f"CREATE TABLE atlas_a AS SELECT * FROM ({values}) t(atlas_order, x, n)")
+    con.execute(
+        "CREATE TABLE atlas_b AS SELECT atlas_order, [0.3, 2.675, 1][atlas_order + 1]::DOUBLE x, 4 n FROM atlas_a"
+    )
+    con.execute("CREATE TABLE atlas_check AS SELECT true AS ok")
+    select = _select_sql(["atlas_order"], [("atlas_order", "INTEGER"), ("x", "DOUBLE"), ("n", "INTEGER")])
+    rows = con.execute(select).fetchall()
+    assert [(x_diff, n_diff) for *_, x_diff, _, _, n_diff in rows] == [(0.2, 3), (1.575, 2), (None, 1)]

@@ -13,6 +13,7 @@ from scipy.stats import pearsonr, spearmanr
 from sklearn.metrics import f1_score
 from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertModel
 
+import atlas
 from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
@@ -449,6 +450,27 @@ def test_task_commands_show_a_progress_bar_on_stderr_unless_quiet(tiny, tmp_path
         assert f"{bar}: 100%" in shown.stderr and bar not in shown.stdout
     assert "100%" not in quiet.stderr
     assert shown.stdout == quiet.stdout
+
+
+def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tmp_path):
+    """The released schedule's first update has a learning rate of 0: one update saves the weights as loaded,
+    and the command line and the API say so, each in its own words."""
+    common = ["--task", "RTE", "--data", str(GLUE / "RTE"), "--dev-limit", "8", "--epochs", "1", "--quiet"]
+    args = ["finetune", "--model", str(tiny), *common, "--store", str(tmp_path / "s")]
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "one"), "--train-limit", "16"])
+    assert result.exit_code == 0, result.output
+    assert "note: one update:" in result.stderr and "(--epochs, --train-limit, --batch-size)" in result.stderr
+    loaded = load_task_model(str(tiny), task_spec("RTE")).lm.model.state_dict()
+    saved = load_task_model(str(tmp_path / "one"), task_spec("RTE")).lm.model.state_dict()
+    encoder = [name for name in loaded if "classifier" not in name]
+    assert encoder and all(torch.equal(loaded[name], saved[name]) for name in encoder)
+    for more in (["--train-limit", "33"], ["--train-limit", "16", "--warmup", "0"]):  # two updates; no warm-up
+        result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "two"), *more])
+        assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+    with pytest.warns(atlas.AtlasNote, match=r"\(epochs, train_limit, batch_size\)"):
+        done = atlas.finetune("RTE", GLUE / "RTE", tmp_path / "api", tiny, epochs=1, train_limit=8, dev_limit=8,
+                              progress=False, store=tmp_path / "s")  # fmt: skip
+    assert done.notes and "one update" in done.notes[0]
 
 
 def test_task_errors_are_one_line(tiny, tmp_path):

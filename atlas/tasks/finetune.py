@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, Note, arg
 from atlas.ingestion.glue_tsv import Examples
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.publish import publish, recover, staging
@@ -49,6 +49,20 @@ def subset(examples: Examples, n: int | None, seed: int) -> Examples:
         [examples.text_a[i] for i in order],
         None if examples.text_b is None else [examples.text_b[i] for i in order],
         examples.labels[order],
+    )
+
+
+def updates(n_examples: int, settings: TrainSettings) -> int:
+    """The optimiser's updates: one per batch of ``n_examples``, every epoch."""
+    return settings.epochs * -(-n_examples // settings.batch_size)
+
+
+def one_update_note() -> Note:
+    """What a fine-tune of one update with a warm-up does: nothing (the schedule's first update is at progress 0)."""
+    return Note(
+        "note: one update: the released BertAdam's schedule gives the first update a learning rate of 0 "
+        "(warmup_linear at progress 0, with a warm-up), so the weights are saved as loaded; train on more than one "
+        f"batch ({arg('epochs')}, {arg('train_limit')}, {arg('batch_size')})"
     )
 
 
@@ -100,8 +114,7 @@ def train(tm: TaskModel, train_set: Examples, settings: TrainSettings, progress:
     examples = subset(train_set, settings.train_limit, settings.seed)
     if settings.epochs == 0:
         return 0
-    per_epoch = -(-len(examples) // settings.batch_size)
-    total = settings.epochs * per_epoch
+    total = updates(len(examples), settings)
     model = tm.lm.model
     optim = optimiser(model, settings, total)
     order = np.random.default_rng(settings.seed + 1)
