@@ -13,6 +13,7 @@ import sys
 import types
 import typing
 from collections.abc import Callable
+from pathlib import PurePath
 
 import numpy as np
 
@@ -136,6 +137,12 @@ def _shown(value: object) -> str:
     return " ".join(_REPR.repr(value).split())
 
 
+def _path_text(path: PurePath) -> str:
+    """A path as text that reads as a path: a relative ``models/bert`` as ``./models/bert`` (else a hub id)."""
+    text = os.fspath(path)
+    return text if path.is_absolute() or text.startswith((".", "~")) else os.path.join(".", text)
+
+
 def typed(fn: Callable) -> Callable:
     """Refuse, before ``fn`` does anything, an argument whose type is not its parameter's annotation (a whole number:
     an int, not a bool nor 1.5; a number: an int or a float, not its text; a list: not a str), naming the parameter.
@@ -160,8 +167,8 @@ def typed(fn: Callable) -> Callable:
                     raise AtlasError(f"{arg(name, _shown(bad))}: expected {_words(kind)}")
             elif name in hints and _fits(value, kind) is False:
                 raise AtlasError(f"{arg(name, _shown(value))}: expected {_words(kind)}")
-            elif isinstance(value, os.PathLike):  # a folder or file as text, as the CLI gives it
-                bound.arguments[name] = os.fspath(value)
+            elif isinstance(value, PurePath):  # a file or folder as the CLI gives it: its text, a path in it
+                bound.arguments[name] = _path_text(value)
             elif isinstance(value, np.generic):  # NumPy's scalars as Python's (a run id's JSON takes no int64)
                 narrow = isinstance(value, np.floating) and value.itemsize < 8  # float32(0.9) as 0.9, its digits
                 bound.arguments[name] = float(str(value)) if narrow else value.item()

@@ -8,6 +8,7 @@ layer align only between runs of the same shape (layers x heads); other runs are
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Sequence
 
@@ -18,8 +19,9 @@ from atlas.catalogue import Entry
 from atlas.errors import AtlasError, arg
 
 HEAD_KEYS = ("layer", "head")
-# a difference of two doubles is given to the digits a double holds of its operands: 45.69 - 10.0 is -35.69, not
-# -35.690000000000005 (the shell's comparison macros round alike: printf's %.15g, back to a double)
+# a difference of two doubles is given to the digits the larger of its values holds, this many significant ones:
+# 10.0 - 45.69 is -35.69, not -35.690000000000005, and 100.1 - 100.0 is 0.1, not 0.0999999999999943 (the shell's
+# comparison macros round alike, with printf)
 DIFF_DIGITS = 15
 
 
@@ -89,7 +91,21 @@ def compare(entry: Entry, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:
 
 def _difference(column: str, run: str, reference: str, dtype: pl.DataType) -> pl.Expr:
     """``column``'s value in ``run`` less its value in ``reference``; a double's to ``DIFF_DIGITS`` digits."""
-    difference = pl.col(f"{column}@{run}") - pl.col(f"{column}@{reference}")
-    if dtype == pl.Float64:
-        difference = difference.map_elements(lambda d: float(f"{d:.{DIFF_DIGITS}g}"), return_dtype=pl.Float64)
-    return difference.alias(f"{column}_diff@{run}")
+    a, b = pl.col(f"{column}@{reference}"), pl.col(f"{column}@{run}")
+    if dtype != pl.Float64:
+        return (b - a).alias(f"{column}_diff@{run}")
+    pair = pl.struct(a.alias("a"), b.alias("b"))
+    return pair.map_elements(lambda v: rounded_difference(v["a"], v["b"]), return_dtype=pl.Float64).alias(
+        f"{column}_diff@{run}"
+    )
+
+
+def rounded_difference(a: float | None, b: float | None) -> float | None:
+    """``b - a`` to the ``DIFF_DIGITS`` significant digits of the larger of ``a`` and ``b`` (0 below them)."""
+    if a is None or b is None:
+        return None
+    difference = b - a
+    if difference == 0 or not math.isfinite(difference):
+        return difference
+    digits = DIFF_DIGITS + math.floor(math.log10(abs(difference))) - math.floor(math.log10(max(abs(a), abs(b))))
+    return float(f"{difference:.{digits}g}") if digits >= 1 else 0.0

@@ -249,6 +249,16 @@ def _compare_checks(entry: Entry, macro: str, keys: Sequence[str], arguments: di
     return [_quote(runs), *clauses, _quote(rows)]
 
 
+def _rounded_difference(a: str, b: str) -> str:
+    """SQL for ``b - a`` of doubles as ``atlas.compare.rounded_difference`` gives it (printf rounds as Python's
+    format does)."""
+    digits = f"({DIFF_DIGITS} + floor(log10(abs({b} - {a}))) - floor(log10(greatest(abs({a}), abs({b})))))"
+    return (
+        f"CASE WHEN {b} - {a} = 0 OR NOT isfinite({b} - {a}) THEN {b} - {a} WHEN {digits} < 1 THEN 0.0 "
+        f"ELSE printf('%.' || {digits}::INTEGER || 'g', {b} - {a})::DOUBLE END"
+    )
+
+
 def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:
     """The two answers aligned on ``keys`` (NULL matching NULL) as ``atlas.compare.compare`` aligns them: the
     keys, then per value column a's, b's and for numbers the difference b - a."""
@@ -257,9 +267,8 @@ def _select_sql(keys: Sequence[str], columns: Sequence[tuple[str, str]]) -> str:
         if column not in keys:
             selected += [f'atlas_a."{column}" AS "{column}_a"', f'atlas_b."{column}" AS "{column}_b"']
             if _NUMERIC.fullmatch(kind):
-                difference = f'atlas_b."{column}" - atlas_a."{column}"'
-                if kind == "DOUBLE":  # to the digits a double holds, as atlas.compare gives it
-                    difference = f"printf('%.{DIFF_DIGITS}g', {difference})::DOUBLE"
+                a, b = f'atlas_a."{column}"', f'atlas_b."{column}"'
+                difference = _rounded_difference(a, b) if kind == "DOUBLE" else f"{b} - {a}"
                 selected.append(f'{difference} AS "{column}_diff"')
     aligned = " AND ".join(f'atlas_a."{k}" IS NOT DISTINCT FROM atlas_b."{k}"' for k in keys)
     return (

@@ -3,7 +3,7 @@
     python bench/bench_device.py CORPUS [--format conllu|repeated] [--length N --count K]
         [--pack window --max-length N] [--model FOLDER] [--random-init] [--config KEY=VALUE ...]
         [--dtype auto|float32|bfloat16|float16] [--device auto|cpu|cuda|mps] [--repeat N] [--passes N]
-        [--no-warm-up] [--no-stages] [--same]
+        [--no-warm-up] [--no-stages] [--same] [--profile]
     python bench/bench_device.py --memory 1023 4095 [--count K] --model FOLDER --random-init --config ...
 
 For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
@@ -13,8 +13,9 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
    computed block by block, as the ingest computes it), and (b) the model's forward pass with PyTorch's SDPA
    attention in bfloat16, which gives no attention weights: what the model costs a user who wants none;
 3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), and the device's peak
-   memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, and each
-   column's sum of hashes);
+   memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, the sum of
+   the rows' hashes and each column's); with --profile, one more ingest under torch's profiler: the operators and kernels by the
+   device's time;
 4. ``## stages``: one more ingest with each stage timed (ingest.stages: the device waited for at each stage's end,
    so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
    to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
@@ -155,31 +156,46 @@ def corpus_of(args: argparse.Namespace) -> CorpusInfo:
 
 
 def checksums(store: Store) -> dict[str, tuple]:
-    """Each ingested table's rows and, per column, the sum of its values' hashes (DuckDB's ``hash``)."""
+    """Each ingested table's rows, the sum of its rows' hashes (DuckDB's ``hash`` of every column: in any order
+    of the rows, the same rows) and, to say where they differ, each column's sum of hashes."""
     con = store.connect()
     try:
         sums = {}
         for table in INGESTED:
-            columns = [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
-            hashes = ", ".join(f'sum(hash("{c}"))' for c in columns)
-            values = con.execute(f"SELECT count(*), {hashes} FROM {table}").fetchone()
-            sums[table] = (values[0], dict(zip(columns, values[1:], strict=True)))
+            columns = [f'"{row[0]}"' for row in con.execute(f"DESCRIBE {table}").fetchall()]
+            hashes = ", ".join(f"sum(hash({c}))" for c in columns)
+            values = con.execute(f"SELECT count(*), sum(hash({', '.join(columns)})), {hashes} FROM {table}").fetchone()
+            sums[table] = (values[0], values[1], dict(zip(columns, values[2:], strict=True)))
         return sums
     finally:
         con.close()
 
 
 def same_store(first: dict[str, tuple], other: dict[str, tuple]) -> str:
-    """Where a store differs from the first one: its tables' rows and the columns whose hashes differ."""
+    """Where a store differs from the first one: its tables' rows, and the columns whose hashes differ (or, where
+    each column's are the same, that its rows are not)."""
     differences = []
-    for table, (rows, columns) in first.items():
-        rows_other, columns_other = other[table]
-        changed = [c for c in columns if columns[c] != columns_other[c]]
+    for table, (rows, row_hashes, columns) in first.items():
+        rows_other, row_hashes_other, columns_other = other[table]
+        changed = [c.strip('"') for c in columns if columns[c] != columns_other[c]]
         if rows != rows_other:
             differences.append(f"{table}: {rows_other:,} rows, not {rows:,}")
-        elif changed:
-            differences.append(f"{table}: {', '.join(changed)}")
+        elif changed or row_hashes != row_hashes_other:
+            differences.append(f"{table}: {', '.join(changed) or 'values moved between rows'}")
     return "; ".join(differences) or "the same"
+
+
+def profiled(corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settings, device: torch.device) -> None:
+    """One ingest under torch's profiler: the operators and kernels taking the device's time (else the CPU's), each
+    its own time summed over the ingest (an operator's includes the kernels it launches, listed too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        ingest(corpus, store, lm, settings, progress=False)
+    key = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    print(f"\n## profile (one more ingest; by {key})")
+    print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60))
 
 
 def model_of(args: argparse.Namespace, dtype: str) -> LoadedModel:
@@ -255,9 +271,12 @@ def main() -> None:
     parser.add_argument("--no-warm-up", action="store_true", help="no ingest before the timed ones")
     parser.add_argument("--no-stages", action="store_true", help="no ingest with its stages timed")
     parser.add_argument("--same", action="store_true", help="compare each timed ingest's store with the first's")
+    parser.add_argument("--profile", action="store_true", help="one more ingest under torch's profiler")
     parser.add_argument("--memory", type=int, nargs="+", default=None, help="lengths of repeated random tokens")
     parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.same and args.repeat < 2:
+        parser.error("--same compares the timed ingests' stores: give --repeat 2 or more")
     if args.memory_child:
         args.format = "repeated"
         memory_child(args)
@@ -316,7 +335,9 @@ def main() -> None:
         if device.type == "cuda":
             print(f"peak GPU memory during an ingest: {max(peaks):.1f} GiB")
         for k, verdict in enumerate(sameness, start=2):
-            print(f"store of ingest {k} against the first's (rows, each column's hashes): {verdict}")
+            print(f"store of ingest {k} against the first's (its rows' and each column's hashes): {verdict}")
+        if args.profile:
+            profiled(corpus, Store(work / "profiled"), lm, settings, device)
         if args.no_stages:
             return
         with timing() as clock:

@@ -90,6 +90,9 @@ def test_a_model_folder_is_named_as_text_or_a_path(tmp_path):
     done = atlas.ingest(model=folder, **kwargs)
     again = atlas.ingest(model=str(folder), **kwargs)
     assert again.already_present and again.run_id == done.run_id
+    for relative in (Path("missing-model"), Path("models/missing")):  # a path, not a hub id: refused at once
+        with pytest.raises(atlas.AtlasError, match=rf"model='\./{relative}': no such model directory"):
+            atlas.ingest(model=relative, **kwargs)
 
 
 def test_ingest_refuses_what_the_cli_refuses(sample, tmp_path):

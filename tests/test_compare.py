@@ -27,7 +27,7 @@ from atlas.macros import compare_macro_name
 from atlas.model.load import load_model
 from atlas.plot import save
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
-from tests.test_macros import assert_same, macro_columns, shell
+from tests.test_macros import DIFFERENCES, assert_same, macro_columns, same_numbers, shell
 
 pytestmark = pytest.mark.filterwarnings("ignore::atlas.api.AtlasNote")
 
@@ -265,14 +265,16 @@ def test_the_terminal_names_the_runs_compared_by_letters(runs):
 
 
 def test_a_difference_of_doubles_has_the_digits_of_its_values():
-    """0.3 - 0.1 is 0.2, not 0.19999999999999998 (a file's CSV or JSON shows every digit); float32 and whole numbers
-    are as computed, NULL stays NULL."""
-    a = pl.DataFrame({"layer": [0, 0, 1], "head": [0, 1, None], "x": [0.1, 1.1, None], "n": [1, 2, 3]})
-    b = a.with_columns(x=pl.Series([0.3, 2.675, 1.0]), n=pl.Series([4, 4, 4]))
-    frame = aligned(resolve("entropy"), {"A": a, "B": b})
-    assert frame["x_diff@B"].to_list() == [0.2, 1.575, None]
-    assert frame["n_diff@B"].to_list() == [3, 2, 1]
-    single = aligned(resolve("entropy"), {"A": a.cast({"x": pl.Float32}), "B": b.cast({"x": pl.Float32})})
+    """A file's CSV or JSON shows every digit of a difference: b - a of doubles is given to the digits of the larger
+    value; float32 and whole numbers are as computed, NULL stays NULL."""
+    a, b, want = (list(column) for column in zip(*DIFFERENCES, strict=True))
+    keys = {"layer": list(range(len(a))), "head": [0] * len(a)}
+    old = pl.DataFrame({**keys, "x": a, "n": [1] * len(a)}, schema_overrides={"x": pl.Float64})
+    new = pl.DataFrame({**keys, "x": b, "n": [4] * len(a)}, schema_overrides={"x": pl.Float64})
+    frame = aligned(resolve("entropy"), {"A": old, "B": new})
+    assert same_numbers(frame["x_diff@B"].to_list(), want), frame["x_diff@B"].to_list()
+    assert frame["n_diff@B"].to_list() == [3] * len(a)
+    single = aligned(resolve("entropy"), {"A": old.cast({"x": pl.Float32}), "B": new.cast({"x": pl.Float32})})
     assert single["x_diff@B"].dtype == pl.Float32
 
 

@@ -14,12 +14,14 @@ import sys
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 import atlas
 from atlas.catalogue import entries
+from atlas.compare import rounded_difference
 from atlas.errors import AtlasError
 from atlas.macros import _select_sql, compare_macro_name, macro_call, macro_name, macro_sql
 from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
@@ -249,16 +251,46 @@ def test_run_parameters_and_each_runs_needs_are_checked_as_in_atlas(store, tmp_p
     assert result.returncode != 0 and f"run {drawn.run_id} has no dependency relations" in result.stderr, result.stderr
 
 
-def test_a_comparison_macro_gives_a_difference_of_doubles_as_atlas_does():
-    """The shell's comparison gives b - a of doubles to the digits atlas.compare gives (0.2, not
-    0.19999999999999998); whole numbers as computed; NULL stays NULL."""
-    con = duckdb.connect()
-    values = "VALUES (0, 0.1::DOUBLE, 1), (1, 1.1, 2), (2, NULL, 3)"
-    con.execute(f"CREATE TABLE atlas_a AS SELECT * FROM ({values}) t(atlas_order, x, n)")
-    con.execute(
-        "CREATE TABLE atlas_b AS SELECT atlas_order, [0.3, 2.675, 1][atlas_order + 1]::DOUBLE x, 4 n FROM atlas_a"
+# (a, b, b - a as a comparison gives it): the noise of the subtraction left out, to the digits of the larger value
+DIFFERENCES = [
+    (0.1, 0.3, 0.2),  # 0.19999999999999998
+    (100.0, 100.1, 0.1),  # 0.09999999999999432
+    (1e6, 1e6 + 0.1, 0.1),  # 0.09999999997671694
+    (10.0, 45.69, 35.69),  # 35.690000000000005
+    (2.3456789012345, 2.3456789012346, 1e-13),  # a small difference of large values: kept
+    (1e20, 1.0000000000000002e20, 0.0),  # below the values' 15 digits
+    (1.5, math.nan, math.nan),
+    (math.inf, 1.0, -math.inf),
+    (None, 1.0, None),
+]
+
+
+def same_numbers(got: list, want: list) -> bool:
+    """The same numbers, NaN as NaN and None as None."""
+    return all(
+        (g is None and w is None) or g == w or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want, strict=True)
     )
+
+
+def test_a_comparison_macro_gives_a_difference_of_doubles_as_atlas_does():
+    """The shell's comparison gives b - a of doubles as atlas.compare gives it, on the cases of test_compare and on
+    random pairs of values near and far apart; whole numbers as computed; NULL stays NULL."""
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, 4000) * 10.0 ** rng.integers(-300, 300, 4000)
+    near = a * (1 + rng.uniform(-1e-3, 1e-3, 4000))
+    far = rng.uniform(-1, 1, 4000) * 10.0 ** rng.integers(-300, 300, 4000)
+    pairs = [(x, y) for x, y, _ in DIFFERENCES] + list(
+        zip(a.tolist(), np.where(rng.random(4000) < 0.5, near, far).tolist(), strict=True)
+    )
+    con = duckdb.connect()
+    con.execute("CREATE TABLE atlas_pairs (atlas_order INTEGER, x DOUBLE, y DOUBLE)")
+    con.executemany("INSERT INTO atlas_pairs VALUES (?, ?, ?)", [(i, x, y) for i, (x, y) in enumerate(pairs)])
+    con.execute("CREATE TABLE atlas_a AS SELECT atlas_order, x, 1 AS n FROM atlas_pairs")
+    con.execute("CREATE TABLE atlas_b AS SELECT atlas_order, y AS x, 4 AS n FROM atlas_pairs")
     con.execute("CREATE TABLE atlas_check AS SELECT true AS ok")
     select = _select_sql(["atlas_order"], [("atlas_order", "INTEGER"), ("x", "DOUBLE"), ("n", "INTEGER")])
     rows = con.execute(select).fetchall()
-    assert [(x_diff, n_diff) for *_, x_diff, _, _, n_diff in rows] == [(0.2, 3), (1.575, 2), (None, 1)]
+    got = [x_diff for *_, x_diff, _, _, _ in rows]
+    assert same_numbers(got[: len(DIFFERENCES)], [want for *_, want in DIFFERENCES])
+    assert same_numbers(got, [rounded_difference(x, y) for x, y in pairs])
+    assert {n_diff for *_, n_diff in rows} == {3}

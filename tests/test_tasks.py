@@ -455,18 +455,28 @@ def test_task_commands_show_a_progress_bar_on_stderr_unless_quiet(tiny, tmp_path
 def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tmp_path):
     """The released schedule's first update has a learning rate of 0: one update saves the weights as loaded,
     and the command line and the API say so, each in its own words."""
-    common = ["--task", "RTE", "--data", str(GLUE / "RTE"), "--dev-limit", "8", "--epochs", "1", "--quiet"]
+    common = ["--task", "RTE", "--data", str(GLUE / "RTE"), "--dev-limit", "8", "--quiet"]
     args = ["finetune", "--model", str(tiny), *common, "--store", str(tmp_path / "s")]
-    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "one"), "--train-limit", "16"])
+    loaded = load_task_model(str(tiny), task_spec("RTE")).lm.model.state_dict()
+    encoder = [name for name in loaded if "classifier" not in name]
+
+    def unchanged(out: Path) -> bool:
+        saved = load_task_model(str(out), task_spec("RTE")).lm.model.state_dict()
+        return all(torch.equal(loaded[name], saved[name]) for name in encoder)
+
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "one"), "--epochs", "1", "--train-limit", "16"])
     assert result.exit_code == 0, result.output
     assert "note: one update:" in result.stderr and "(--epochs, --train-limit, --batch-size)" in result.stderr
-    loaded = load_task_model(str(tiny), task_spec("RTE")).lm.model.state_dict()
-    saved = load_task_model(str(tmp_path / "one"), task_spec("RTE")).lm.model.state_dict()
-    encoder = [name for name in loaded if "classifier" not in name]
-    assert encoder and all(torch.equal(loaded[name], saved[name]) for name in encoder)
-    for more in (["--train-limit", "33"], ["--train-limit", "16", "--warmup", "0"]):  # two updates; no warm-up
-        result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "two"), *more])
+    assert "Warning" not in result.stderr  # the note once, in the command line's words
+    assert encoder and unchanged(tmp_path / "one")
+    for i, more in enumerate([
+        ["--epochs", "1", "--train-limit", "33"],  # two batches
+        ["--epochs", "2", "--train-limit", "16"],  # two epochs of one batch
+        ["--epochs", "1", "--train-limit", "16", "--warmup", "0"],  # no warm-up: the first update at full rate
+    ]):  # fmt: skip
+        result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / f"more{i}"), *more])
         assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+        assert not unchanged(tmp_path / f"more{i}"), more
     with pytest.warns(atlas.AtlasNote, match=r"\(epochs, train_limit, batch_size\)"):
         done = atlas.finetune("RTE", GLUE / "RTE", tmp_path / "api", tiny, epochs=1, train_limit=8, dev_limit=8,
                               progress=False, store=tmp_path / "s")  # fmt: skip
