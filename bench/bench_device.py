@@ -14,8 +14,8 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
    attention in bfloat16, which gives no attention weights: what the model costs a user who wants none;
 3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), and the device's peak
    memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, the sum of
-   the rows' hashes and each column's); with --profile, one more ingest under torch's profiler: the operators and kernels by the
-   device's time;
+   the rows' hashes and each column's); with --profile, one more ingest under torch's profiler: the operators and
+   kernels by the device's time;
 4. ``## stages``: one more ingest with each stage timed (ingest.stages: the device waited for at each stage's end,
    so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
    to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
