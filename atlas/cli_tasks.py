@@ -201,9 +201,13 @@ def grads(
     fmt: str,
 ) -> None:
     """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer (stored)."""
-    done = api_tasks.grads(
-        model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, progress=not quiet, store=store_path
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AtlasNote)  # said below, in the command line's words
+        done = api_tasks.grads(
+            model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, progress=not quiet, store=store_path
+        )
+    for note in done.notes:
+        click.echo(note_cli_text(note), err=True)
     emit(done.frame, fmt, None)
     click.echo(f"run {done.run_id}: {done.described}; see 'atlas query \"gradient importance\"'", err=True)
 

@@ -28,6 +28,10 @@
 --     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --     AND metric = coalesce(nullif($metric, ''), primary_metric)
 --   else: the head ablations asked for have no metric '{metric}'
+-- notes: SELECT (count(*) = 0)::INTEGER FROM ablations WHERE method <> $method AND kind = 'head'
+--     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: these are the ablations by $method; the store also holds head ablations by the other method
+--     (uniform or mask)
 -- plot: heatmap delta value
 -- labels:
 --   delta: metric change (head disabled)

@@ -29,6 +29,10 @@
 --     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --     AND metric = coalesce(nullif($metric, ''), primary_metric)
 --   else: the layer ablations asked for have no metric '{metric}'
+-- notes: SELECT (count(*) = 0)::INTEGER FROM ablations WHERE method <> $method AND kind = 'layer'
+--     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
+--   else: these are the ablations by $method; the store also holds layer ablations by the other method
+--     (uniform or mask)
 -- plot: bars layer value baseline
 -- labels:
 --   layer: layer disabled

@@ -425,6 +425,16 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
         entry = resolve(name)
         with pytest.raises(AtlasError, match=message):
             check_prerequisites(con, entry, entry.bind(params))
+    # the store holding one method's ablations answers without a note; with both, the answer names its method
+    entry = resolve("layer ablation")
+    assert check_prerequisites(con, entry, entry.bind({"method": "mask"})) == []
+    con.close()
+    result = runner.invoke(cli, ["ablate", "--model", str(ckpt), "--no-heads", *common])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(cli, ["query", "layer ablation", "--store", str(store)])
+    assert result.exit_code == 0, result.output
+    note = "note: these are the ablations by --param method=uniform; the store also holds layer ablations by"
+    assert note in result.stderr
     # the checkpoint reloads with the metrics it recorded
     tm = load_task_model(str(ckpt), task_spec("RTE"))
     dev = load_split(tm.spec, str(GLUE / "RTE"), "dev").head(16)
@@ -477,6 +487,10 @@ def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tm
         result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / f"more{i}"), *more])
         assert result.exit_code == 0 and "note:" not in result.stderr, result.output
         assert not unchanged(tmp_path / f"more{i}"), more
+    # a checkpoint's task loss is a trained head's: no note (an encoder's: see test_attention_gradients_...)
+    grads = ["grads", "--model", str(tmp_path / "more0"), "--task", "RTE", "--data", str(GLUE / "RTE"), "--limit", "4"]
+    result = CliRunner().invoke(cli, [*grads, "--store", str(tmp_path / "s"), "--quiet"])
+    assert result.exit_code == 0 and "note:" not in result.stderr, result.output
     with pytest.warns(atlas.AtlasNote, match=r"\(epochs, train_limit, batch_size\)"):
         done = atlas.finetune("RTE", GLUE / "RTE", tmp_path / "api", tiny, epochs=1, train_limit=8, dev_limit=8,
                               progress=False, store=tmp_path / "s")  # fmt: skip
@@ -514,6 +528,8 @@ def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):
     result = runner.invoke(cli, ["grads", "--model", str(tiny), "--limit", "8", "--store", str(store), *data])
     assert result.exit_code == 0, result.output
     assert "gradients of the RTE task loss, not Clark et al.'s masked-LM loss" in result.output
+    # tiny is an encoder, no checkpoint of 'atlas finetune': the loss is an untrained head's, and a note says so
+    assert "note: --model names no checkpoint of 'atlas finetune'" in result.stderr
     entry = resolve("gradient importance")
     df = run_entry(Store(store).connect(), entry, entry.bind({}))
     assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"RTE task loss, not Clark et al.'s masked-LM loss"}

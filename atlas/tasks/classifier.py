@@ -19,7 +19,7 @@ from torch import nn
 from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification
 
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, Note, arg
 from atlas.ingestion.glue_tsv import Examples, TaskSpec
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import LoadedModel, load_model
@@ -35,10 +35,23 @@ class TaskModel:
     info: dict  # the checkpoint's atlas_task.json, empty for a model that is not one
 
 
+def is_checkpoint(name: str | None) -> bool:
+    """Whether ``name`` is a checkpoint folder of ``atlas finetune`` (else a task model gets a fresh head)."""
+    return name is not None and (Path(name) / TASK_FILE).is_file()
+
+
+def untrained_head_note() -> Note:
+    """What a task loss of a model that is no checkpoint measures."""
+    return Note(
+        f"note: {arg('model')} names no checkpoint of 'atlas finetune': the task loss is that of a fresh, untrained "
+        "classification head on the encoder (fine-tune first for a trained model's)"
+    )
+
+
 def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False, seed: int = 0) -> TaskModel:
     """A task model: a checkpoint of ``atlas finetune`` for this task, or an encoder with a fresh head."""
     info: dict = {}
-    if name is not None and (Path(name) / TASK_FILE).is_file():
+    if is_checkpoint(name):
         try:
             info = json.loads((Path(name) / TASK_FILE).read_text())
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
