@@ -598,10 +598,11 @@ def probe(
     help="The run's model, where it has moved since the ingest (default: where the run recorded it; its weights "
     "are checked against the run's).",
 )
+@quiet_option
 @store_option
-def patterns(run_id: str | None, labels: Path | None, model: str | None, store_path: str | None) -> None:
+def patterns(run_id: str | None, labels: Path | None, model: str | None, quiet: bool, store_path: str | None) -> None:
     """Class every (input, head) map into Kovaleva et al.'s five patterns (rule in 'atlas/patterns.py')."""
-    classed = api.open(store_path).patterns(run_id, labels, model)
+    classed = api.open(store_path).patterns(run_id, labels, model, progress=not quiet)
     if classed.f1 is not None:
         click.echo(
             f"CNN: cross-validated macro F1 {classed.f1:.1f} on the labels; {classed.n_maps:,} maps of "

@@ -404,6 +404,7 @@ class Atlas:
         run: str | None = None,
         labels: str | os.PathLike[str] | None = None,
         model: str | os.PathLike[str] | None = None,
+        progress: bool = True,
     ) -> Classed:
         """Class every (input, head) map of ``run`` into Kovaleva et al.'s five patterns, by the rule in
         ``atlas.patterns`` or, given ``labels`` (a CSV of hand labels: example_id, layer, head, pattern), by
@@ -419,7 +420,7 @@ class Atlas:
             from atlas.pattern_cnn import train_and_classify
 
             with self._writing():
-                f1, n = train_and_classify(self.store, run_id, Path(labels), model=model)
+                f1, n = train_and_classify(self.store, run_id, Path(labels), progress=progress, model=model)
             return Classed(run_id, n, f1, None)
         with self._writing():
             n = classify(self.store, run_id)

@@ -18,6 +18,7 @@ import torch
 from sklearn.metrics import f1_score
 from sklearn.model_selection import StratifiedKFold
 from torch import nn
+from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
 from atlas.patterns import CLASSES
@@ -154,7 +155,8 @@ def train_and_classify(
             raise AtlasError(f"{where}: example {row['example_id']} is not an input of run '{run_id}' (or was skipped)")
     wanted = {(r["example_id"], r["layer"] - 1, r["head"] - 1): r["pattern"] for r in labels.iter_rows(named=True)}
     xs, ys, all_maps, keys = [], [], [], []
-    for item, attn in dense_maps(lm, inputs):
+    maps = dense_maps(lm, inputs)
+    for item, attn in tqdm(maps, total=len(inputs), desc="pattern maps", unit="input", disable=not progress):
         small = resize(attn).reshape(lm.n_layers, lm.n_heads, 1, SIZE, SIZE)
         all_maps.append(small.reshape(-1, 1, SIZE, SIZE))
         keys += [(item.example_id, layer, head) for layer in range(lm.n_layers) for head in range(lm.n_heads)]

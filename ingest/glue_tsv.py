@@ -150,6 +150,11 @@ def load_split(spec: TaskSpec, data: str | os.PathLike[str], split: str) -> Exam
         raise AtlasError(f"{arg('data', repr(str(data)))}: not a folder of GLUE TSV files")
     if data.startswith((".", "/", "~")) or data.count("/") > 1:
         raise AtlasError(f"{arg('data', repr(str(data)))}: no such folder")
+    from atlas.model.identity import hub_unreachable
+
+    unreachable = hub_unreachable()  # a mistyped folder fails at once, not after the hub's retries
+    if unreachable is not None:
+        raise AtlasError(f"{arg('data', repr(str(data)))}: no such folder, and the hub is unreachable ({unreachable})")
     return _from_hub(spec, data, split)
 
 
@@ -161,7 +166,8 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
         ds = datasets.load_dataset(name, spec.hub, split=hub_split)
     except Exception as exc:  # the hub's errors have many types; the user gets the first line
         raise AtlasError(
-            f"{arg('data', repr(str(name)))}: cannot load {spec.hub}/{hub_split} ({str(exc).splitlines()[0]})"
+            f"{arg('data', repr(str(name)))}: no such folder, and cannot load {spec.hub}/{hub_split} from the hub "
+            f"({str(exc).splitlines()[0]})"
         ) from None
     columns = {
         "SST-2": ("sentence", None),

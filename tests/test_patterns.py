@@ -221,3 +221,22 @@ def test_labels_beyond_the_run_name_the_line(tmp_path, model):
         with pytest.raises(AtlasError) as caught:
             train_and_classify(store, run_id, path, progress=False)
         assert str(caught.value).startswith(str(path)) and says in str(caught.value), str(caught.value)
+
+
+def test_the_cnn_classes_a_run_with_a_progress_bar_unless_quiet(tmp_path, model):
+    """'atlas patterns --labels' recomputes every input's maps: a progress bar on stderr, none with --quiet."""
+    from click.testing import CliRunner
+
+    from atlas.cli import cli
+    from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
+
+    store, run_id = make_store(tmp_path / "store", cut_conllu(EWT_SAMPLE, 4, tmp_path / "four.conllu"), model)
+    kinds = ["Vertical", "Diagonal"] * 6  # two classes of six labels each: 5-fold cross-validation runs
+    rows = [f"{i % 4},{1 + i % 6},{1 + i},{kind}," for i, kind in enumerate(kinds)]
+    path = tmp_path / "labels.csv"
+    path.write_text(HEADER + "\n".join(rows) + "\n")
+    args = ["patterns", "--store", str(store.root), "--run", run_id, "--labels", str(path)]
+    shown, quiet = CliRunner().invoke(cli, args), CliRunner().invoke(cli, [*args, "--quiet"])
+    assert shown.exit_code == 0 and quiet.exit_code == 0, shown.output + quiet.output
+    assert "pattern maps: 100%" in shown.stderr and "pattern maps" not in quiet.stderr
+    assert shown.stdout.startswith("CNN: cross-validated macro F1") and shown.stdout == quiet.stdout

@@ -497,6 +497,14 @@ def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tm
     assert done.notes and "one update" in done.notes[0]
 
 
+def test_a_mistyped_data_folder_fails_at_once_where_the_hub_is_unreachable(monkeypatch):
+    """'nosuchdir' or 'glue/SST2' could be a hub data set: with the hub unreachable, refused at once as a folder."""
+    monkeypatch.setattr("atlas.model.identity.hub_unreachable", lambda: "huggingface.co: no route")
+    for data in ("nosuchdir", "glue/SST2"):
+        with pytest.raises(AtlasError, match=rf"data='{data}': no such folder, and the hub is unreachable \(hugg"):
+            load_split(task_spec("SST-2"), data, "train")
+
+
 def test_task_errors_are_one_line(tiny, tmp_path):
     runner = CliRunner()
     for args, message in [
