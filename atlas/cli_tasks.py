@@ -4,7 +4,9 @@ parses its options, makes one call of the API (``atlas.api_tasks``) and prints."
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
@@ -13,6 +15,19 @@ from atlas.api import AtlasNote
 from atlas.cli_options import FilePath, format_option, quiet_option, store_option
 from atlas.errors import note_cli_text
 from atlas.output import emit
+
+Noted = TypeVar("Noted", api_tasks.FineTuned, api_tasks.Gradients)
+
+
+def _noted(call: Callable[..., Noted], *args: object, **kwargs: object) -> Noted:
+    """``call``'s result, its notes said once on stderr in the command line's words (not as the API's warnings)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AtlasNote)
+        done = call(*args, **kwargs)
+    for note in done.notes:
+        click.echo(note_cli_text(note), err=True)
+    return done
+
 
 task_option = click.option("--task", required=True, help="SST-2, MRPC, RTE, STS-B, QQP, QNLI or MNLI.")
 data_option = click.option(
@@ -61,26 +76,23 @@ def finetune(
     store_path: str | None,
 ) -> None:
     """Fine-tune an encoder on a GLUE task (CPU), save it, and record its dev metrics in the store."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AtlasNote)  # said below, in the command line's words
-        done = api_tasks.finetune(
-            task,
-            data,
-            out,
-            model,
-            random_init=random_init,
-            epochs=epochs,
-            train_limit=train_limit or None,
-            learning_rate=learning_rate,
-            warmup=warmup,
-            batch_size=batch_size,
-            seed=seed,
-            dev_limit=dev_limit,
-            progress=not quiet,
-            store=store_path,
-        )
-    for note in done.notes:
-        click.echo(note_cli_text(note), err=True)
+    done = _noted(
+        api_tasks.finetune,
+        task,
+        data,
+        out,
+        model,
+        random_init=random_init,
+        epochs=epochs,
+        train_limit=train_limit or None,
+        learning_rate=learning_rate,
+        warmup=warmup,
+        batch_size=batch_size,
+        seed=seed,
+        dev_limit=dev_limit,
+        progress=not quiet,
+        store=store_path,
+    )
     metrics = ", ".join(f"{k} {v:.2f}" for k, v in done.dev_metrics.items())
     click.echo(f"{done.task}: dev {metrics} ({done.n_train} training examples) -> {done.out}; run {done.run_id}")
 
@@ -201,13 +213,10 @@ def grads(
     fmt: str,
 ) -> None:
     """Gradient importance of attention to [SEP], to '.'/',' and to other tokens, per layer (stored)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AtlasNote)  # said below, in the command line's words
-        done = api_tasks.grads(
-            model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, progress=not quiet, store=store_path
-        )
-    for note in done.notes:
-        click.echo(note_cli_text(note), err=True)
+    done = _noted(
+        api_tasks.grads, model, corpus=corpus, task=task, data=data, limit=limit, seed=seed, progress=not quiet,
+        store=store_path,
+    )  # fmt: skip
     emit(done.frame, fmt, None)
     click.echo(f"run {done.run_id}: {done.described}; see 'atlas query \"gradient importance\"'", err=True)
 
