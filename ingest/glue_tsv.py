@@ -153,9 +153,20 @@ def load_split(spec: TaskSpec, data: str | os.PathLike[str], split: str) -> Exam
     from atlas.model.identity import hub_unreachable
 
     unreachable = hub_unreachable()  # a mistyped folder fails at once, not after the hub's retries
-    if unreachable is not None:
+    if unreachable is not None and not _cached(data):
         raise AtlasError(f"{arg('data', repr(str(data)))}: no such folder, and the hub is unreachable ({unreachable})")
     return _from_hub(spec, data, split)
+
+
+def _cached(name: str) -> bool:
+    """Whether ``datasets`` holds a hub data set of this name in its cache (where it looks when the hub is out of
+    reach: ``datasets.load.CachedDatasetModuleFactory``)."""
+    import datasets
+    from datasets.naming import camelcase_to_snakecase
+
+    *namespace, last = name.split("/")
+    root = Path(datasets.config.HF_DATASETS_CACHE).expanduser() / "___".join([*namespace, camelcase_to_snakecase(last)])
+    return any(path.is_dir() for path in root.glob("*/*/*"))
 
 
 def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:

@@ -497,12 +497,19 @@ def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tm
     assert done.notes and "one update" in done.notes[0]
 
 
-def test_a_mistyped_data_folder_fails_at_once_where_the_hub_is_unreachable(monkeypatch):
-    """'nosuchdir' or 'glue/SST2' could be a hub data set: with the hub unreachable, refused at once as a folder."""
+def test_a_mistyped_data_folder_fails_at_once_where_the_hub_is_unreachable(monkeypatch, tmp_path):
+    """'nosuchdir' or 'glue/SST2' could be a hub data set: with the hub unreachable, refused at once as a folder,
+    unless ``datasets`` has a data set of that name in its cache (which it reads then)."""
+    import datasets
+
     monkeypatch.setattr("atlas.model.identity.hub_unreachable", lambda: "huggingface.co: no route")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path))
     for data in ("nosuchdir", "glue/SST2"):
         with pytest.raises(AtlasError, match=rf"data='{data}': no such folder, and the hub is unreachable \(hugg"):
             load_split(task_spec("SST-2"), data, "train")
+    (tmp_path / "glue___sst2" / "default" / "0.0.0" / "abc").mkdir(parents=True)  # datasets' cache layout
+    with pytest.raises(AtlasError, match=r"data='glue/SST2': no such folder, and cannot load sst2/train from the hub"):
+        load_split(task_spec("SST-2"), "glue/SST2", "train")  # read from the cache (here: a hollow one)
 
 
 def test_task_errors_are_one_line(tiny, tmp_path):
