@@ -215,7 +215,7 @@ def grads(
     masked-LM loss over a CoNLL-U ``corpus`` (Clark et al.'s; ``seed`` seeds the masking), or of a fine-tuned
     model's loss on its ``task``'s dev set in ``data``; ``limit`` sentences or examples; ``progress``: a
     progress bar over the batches."""
-    from atlas.tasks.classifier import is_checkpoint, untrained_head_note
+    from atlas.tasks.classifier import untrained_head, untrained_head_note
     from atlas.tasks.grads import TARGETS, loss_label, mlm_gradients, task_gradients, write
 
     if (corpus is None) == (task is None) or (task is None) != (data is None):
@@ -232,6 +232,6 @@ def grads(
         run_id, loss, means, counts = task_gradients(model, task, data, limit, progress)
     write(target, run_id, loss, means, counts)
     rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
-    notes = () if task is None or is_checkpoint(model) else (untrained_head_note(),)
+    notes = (untrained_head_note(),) if task is not None and untrained_head(model) else ()
     warn_notes(notes)
     return Gradients(run_id, loss, loss_label(loss), pl.DataFrame(rows), notes)

@@ -28,10 +28,15 @@
 --     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --     AND metric = coalesce(nullif($metric, ''), primary_metric)
 --   else: the head ablations asked for have no metric '{metric}'
--- notes: SELECT (count(*) = 0)::INTEGER FROM ablations WHERE method <> $method AND kind = 'head'
---     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
---   else: these are the ablations by $method; the store also holds head ablations by the other method
---     (uniform or mask)
+-- notes: SELECT (count(*) = 0)::INTEGER FROM ablations o WHERE o.method <> $method AND o.kind = 'head'
+--     AND o.run_id = (SELECT s.run_id FROM ablations s
+--       LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
+--       WHERE upper(s.task) = upper(coalesce(nullif($task, ''), s.task)) AND s.method = $method AND s.kind = 'head'
+--         AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
+--         AND s.metric = coalesce(nullif($metric, ''), s.primary_metric)
+--       ORDER BY t.created_at DESC NULLS LAST, s.run_id LIMIT 1)
+--   else: these are the ablations by $method; the model run shown also has head ablations by the other
+--     method (uniform or mask)
 -- plot: heatmap delta value
 -- labels:
 --   delta: metric change (head disabled)

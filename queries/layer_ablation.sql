@@ -29,10 +29,15 @@
 --     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --     AND metric = coalesce(nullif($metric, ''), primary_metric)
 --   else: the layer ablations asked for have no metric '{metric}'
--- notes: SELECT (count(*) = 0)::INTEGER FROM ablations WHERE method <> $method AND kind = 'layer'
---     AND upper(task) = upper(coalesce(nullif($task, ''), task)) AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
---   else: these are the ablations by $method; the store also holds layer ablations by the other method
---     (uniform or mask)
+-- notes: SELECT (count(*) = 0)::INTEGER FROM ablations o WHERE o.method <> $method AND o.kind = 'layer'
+--     AND o.run_id = (SELECT s.run_id FROM ablations s
+--       LEFT JOIN (SELECT run_id, max(created_at) AS created_at FROM task_models GROUP BY run_id) t ON t.run_id = s.run_id
+--       WHERE upper(s.task) = upper(coalesce(nullif($task, ''), s.task)) AND s.method = $method AND s.kind = 'layer'
+--         AND (nullif($model_run, '') IS NULL OR s.run_id = $model_run)
+--         AND s.metric = coalesce(nullif($metric, ''), s.primary_metric)
+--       ORDER BY t.created_at DESC NULLS LAST, s.run_id LIMIT 1)
+--   else: these are the ablations by $method; the model run shown also has layer ablations by the other
+--     method (uniform or mask)
 -- plot: bars layer value baseline
 -- labels:
 --   layer: layer disabled

@@ -433,7 +433,7 @@ def test_finetune_ablate_importance_through_the_cli(tiny, tmp_path):
     assert result.exit_code == 0, result.output
     result = runner.invoke(cli, ["query", "layer ablation", "--store", str(store)])
     assert result.exit_code == 0, result.output
-    note = "note: these are the ablations by --param method=uniform; the store also holds layer ablations by"
+    note = "note: these are the ablations by --param method=uniform; the model run shown also has layer ablations"
     assert note in result.stderr
     # the checkpoint reloads with the metrics it recorded
     tm = load_task_model(str(ckpt), task_spec("RTE"))
@@ -487,10 +487,17 @@ def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tm
         result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / f"more{i}"), *more])
         assert result.exit_code == 0 and "note:" not in result.stderr, result.output
         assert not unchanged(tmp_path / f"more{i}"), more
-    # a checkpoint's task loss is a trained head's: no note (an encoder's: see test_attention_gradients_...)
-    grads = ["grads", "--model", str(tmp_path / "more0"), "--task", "RTE", "--data", str(GLUE / "RTE"), "--limit", "4"]
-    result = CliRunner().invoke(cli, [*grads, "--store", str(tmp_path / "s"), "--quiet"])
-    assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+    # a trained checkpoint's task loss: no note; one of 0 epochs, or the embedded encoder's: an untrained head's
+    result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "zero"), "--epochs", "0"])
+    assert result.exit_code == 0, result.output
+    for model, untrained in (["--model", str(tmp_path / "more0")], False), (["--model", str(tmp_path / "zero")], True):
+        grads = ["grads", *model, "--task", "RTE", "--data", str(GLUE / "RTE"), "--limit", "4", "--quiet"]
+        result = CliRunner().invoke(cli, [*grads, "--store", str(tmp_path / "s")])
+        assert result.exit_code == 0, result.output
+        assert ("note: the classification head is untrained" in result.stderr) == untrained, result.stderr
+    with pytest.warns(atlas.AtlasNote, match=r"untrained \(the embedded encoder has none; a checkpoint of atlas"):
+        done = atlas.grads(task="RTE", data=GLUE / "RTE", limit=2, progress=False, store=tmp_path / "s")
+    assert done.notes
     with pytest.warns(atlas.AtlasNote, match=r"\(epochs, train_limit, batch_size\)"):
         done = atlas.finetune("RTE", GLUE / "RTE", tmp_path / "api", tiny, epochs=1, train_limit=8, dev_limit=8,
                               progress=False, store=tmp_path / "s")  # fmt: skip
@@ -543,8 +550,7 @@ def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):
     result = runner.invoke(cli, ["grads", "--model", str(tiny), "--limit", "8", "--store", str(store), *data])
     assert result.exit_code == 0, result.output
     assert "gradients of the RTE task loss, not Clark et al.'s masked-LM loss" in result.output
-    # tiny is an encoder, no checkpoint of 'atlas finetune': the loss is an untrained head's, and a note says so
-    assert "note: --model names no checkpoint of 'atlas finetune'" in result.stderr
+    assert "note:" not in result.stderr  # tiny's head may be trained for all atlas knows: no note
     entry = resolve("gradient importance")
     df = run_entry(Store(store).connect(), entry, entry.bind({}))
     assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"RTE task loss, not Clark et al.'s masked-LM loss"}
@@ -634,3 +640,27 @@ def test_task_queries_without_a_task_answer_for_the_newest_task_model_with_such_
         answer("head ablation", metric="pearson")
     with pytest.raises(AtlasError, match="^model run 'SST-2__b__2' is not a model of task 'MRPC'$"):
         answer("head ablation", task="MRPC", model_run="SST-2__b__2")
+
+
+@pytest.mark.parametrize("kind", ["head", "layer"])
+def test_an_ablation_entry_notes_the_other_method_of_the_model_run_it_shows(kind):
+    """The note names the other method only where the run shown has it: not where an older model, or another
+    task, has it (then the other method would answer for another run)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE task_models (run_id VARCHAR, created_at TIMESTAMP)")
+    con.execute("INSERT INTO task_models VALUES ('old', '2026-01-01'), ('new', '2026-02-01'), ('sst', '2026-03-01')")
+    con.execute("CREATE TABLE ablations (run_id VARCHAR, task VARCHAR, method VARCHAR, kind VARCHAR, metric VARCHAR, "
+                "primary_metric VARCHAR)")  # fmt: skip
+    rows = [("old", "RTE", "uniform"), ("old", "RTE", "mask"), ("new", "RTE", "uniform"), ("sst", "SST-2", "mask")]
+    con.executemany("INSERT INTO ablations VALUES (?, ?, ?, ?, 'acc', 'acc')", [(*r, kind) for r in rows])
+    entry = resolve(f"{kind} ablation")
+    for params, noted in [
+        ({"task": "RTE"}, False),  # 'new' shown: uniform only ('old' has mask too)
+        ({"task": "RTE", "model_run": "old"}, True),
+        ({"task": "SST-2", "method": "mask"}, False),
+    ]:
+        notes = check_prerequisites(con, entry, entry.bind(params))
+        assert bool(notes) == noted, (params, notes)
+        assert not notes or "the model run shown also has" in notes[0]

@@ -35,29 +35,35 @@ class TaskModel:
     info: dict  # the checkpoint's atlas_task.json, empty for a model that is not one
 
 
-def is_checkpoint(name: str | None) -> bool:
-    """Whether ``name`` is a checkpoint folder of ``atlas finetune`` (else a task model gets a fresh head)."""
-    return name is not None and (Path(name) / TASK_FILE).is_file()
+def checkpoint_info(name: str | None) -> dict:
+    """What a checkpoint folder of ``atlas finetune`` records (its ``atlas_task.json``); empty for another model."""
+    if name is None or not (Path(name) / TASK_FILE).is_file():
+        return {}
+    try:
+        return json.loads((Path(name) / TASK_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AtlasError(f"{Path(name) / TASK_FILE}: not valid JSON ({exc})") from None
+
+
+def untrained_head(name: str | None) -> bool:
+    """Whether a task model's head is known untrained: the embedded encoder's (it has none: a fresh one), or a
+    checkpoint saved without training (``atlas finetune --epochs 0``). Another model's head may be trained."""
+    return name is None or checkpoint_info(name).get("epochs") == 0
 
 
 def untrained_head_note() -> Note:
-    """What a task loss of a model that is no checkpoint measures."""
+    """What a task loss of a model with an untrained head measures."""
     return Note(
-        f"note: {arg('model')} names no checkpoint of 'atlas finetune': the task loss is that of a fresh, untrained "
-        "classification head on the encoder (fine-tune first for a trained model's)"
+        "note: the classification head is untrained (the embedded encoder has none; a checkpoint of 'atlas finetune' "
+        "of 0 epochs keeps its fresh one): the task loss is not a fine-tuned model's"
     )
 
 
 def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False, seed: int = 0) -> TaskModel:
     """A task model: a checkpoint of ``atlas finetune`` for this task, or an encoder with a fresh head."""
-    info: dict = {}
-    if is_checkpoint(name):
-        try:
-            info = json.loads((Path(name) / TASK_FILE).read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise AtlasError(f"{Path(name) / TASK_FILE}: not valid JSON ({exc})") from None
-        if info.get("task") != spec.name:
-            raise AtlasError(f"{arg('model', repr(str(name)))}: a checkpoint for {info.get('task')}, not {spec.name}")
+    info = checkpoint_info(name)
+    if info and info.get("task") != spec.name:
+        raise AtlasError(f"{arg('model', repr(str(name)))}: a checkpoint for {info.get('task')}, not {spec.name}")
     overrides: dict[str, object] = {"num_labels": spec.n_labels}
     if spec.labels is None:
         overrides["problem_type"] = "regression"
