@@ -63,13 +63,17 @@ def _by_rows(monkeypatch, block_weights: int = 1, engine: str = "compiled") -> l
 
 
 def _same(whole, rows, sparse: bool) -> None:
-    """Positions and argmaxes equal; values within float32 arithmetic (dense), or within one step of the stored
+    """Positions and argmaxes equal (a sparse run's edges: but at the kept mass's boundary, ``_same_edges``); values
+    within float32 arithmetic (dense), or within one step of the stored
     precision where the sparse setting rounds (the model computes a block's maps in another order than the whole
     maps'; with tensor operations the whole maps' rows are summed in float64 on a CPU, the blocks' in float32, as on
     an accelerator: a value next to a rounding boundary may round the other way)."""
     for name, columns in whole.items():
         got = rows[name]
         assert got.keys() == columns.keys()
+        if sparse and name == "attn_edges":
+            _same_edges(columns, got)
+            continue
         for column, want in columns.items():
             where = f"{name}.{column}"
             if column in EXACT:
@@ -83,6 +87,17 @@ def _same(whole, rows, sparse: bool) -> None:
             else:  # masses in steps of 1/2048, weights of 1/256
                 step = 2**-8 if "weight" in column else 2**-11
                 np.testing.assert_allclose(got[column], want, atol=step * 1.001, rtol=0, err_msg=where)
+
+
+def _same_edges(whole: dict[str, np.ndarray], rows: dict[str, np.ndarray]) -> None:
+    """The same kept edges but where a weight lies at the kept mass's boundary (maps computed in another order can
+    move it across: at most one edge in a thousand, and 2), the shared ones' weights within one stored step."""
+    keys = ("example_id", "layer", "head", "src_tok", "dst_tok")
+    want, got = ({tuple(e): w for *e, w in zip(*(t[k] for k in keys), t["weight"], strict=True)} for t in (whole, rows))
+    moved = want.keys() ^ got.keys()
+    assert len(moved) <= max(2, len(want) // 1000), f"{len(moved)} of {len(want):,} edges differ"
+    shared = sorted(want.keys() & got.keys())
+    np.testing.assert_allclose([got[e] for e in shared], [want[e] for e in shared], atol=2**-8 * 1.001, rtol=0)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
