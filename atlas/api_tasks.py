@@ -96,7 +96,7 @@ def finetune(
     examples after a seeded shuffle; ``dev_limit``: the first N dev examples."""
     from atlas.ingestion.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import load_task_model
-    from atlas.tasks.finetune import TrainSettings, check_out, one_update_note, updates
+    from atlas.tasks.finetune import TrainSettings, check_out, one_update_note, saved_as_loaded
     from atlas.tasks.finetune import finetune as train
     from atlas.tasks.record import write_task_model
 
@@ -117,7 +117,7 @@ def finetune(
     settings = TrainSettings(epochs, train_limit, learning_rate, warmup, batch_size, seed=seed)
     info = train(tm, train_set, dev_set, settings, out, progress=progress)
     run_id = write_task_model(target, load_task_model(str(out), spec), info, out)
-    notes = (one_update_note(),) if updates(info["n_train"], settings) == 1 and warmup > 0 else ()
+    notes = (one_update_note(),) if saved_as_loaded(info["n_train"], settings) else ()
     warn_notes(notes)
     return FineTuned(run_id, out, spec.name, info["dev_metrics"], info["n_train"], notes)
 

@@ -57,6 +57,12 @@ def updates(n_examples: int, settings: TrainSettings) -> int:
     return settings.epochs * -(-n_examples // settings.batch_size)
 
 
+def saved_as_loaded(n_examples: int, settings: TrainSettings) -> bool:
+    """Whether training leaves the weights as loaded: one update, at the schedule's progress 0, where its rate is
+    0 (with a warm-up)."""
+    return updates(n_examples, settings) == 1 and warmup_linear(0.0, settings.warmup) == 0
+
+
 def one_update_note() -> Note:
     """What a fine-tune of one update with a warm-up does: nothing (the schedule's first update is at progress 0)."""
     return Note(
