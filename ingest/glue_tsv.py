@@ -27,6 +27,8 @@ class TaskSpec:
     metrics: tuple[str, ...]  # the first is the one ablations report
     dev_file: str = "dev.tsv"
     hub: str = ""  # GLUE configuration name on the hub
+    # the classes' names in the order of ``labels`` where they are numbered (the hub's names; RTE's files give either)
+    label_names: tuple[str, ...] | None = None
 
     @property
     def n_labels(self) -> int:
@@ -37,11 +39,23 @@ SCORES = (0.0, 5.0)  # the similarity scores of STS-B, GLUE's one regression tas
 TASKS = {
     spec.name: spec
     for spec in (
-        TaskSpec("SST-2", "sentence", None, "label", ("0", "1"), ("accuracy",), hub="sst2"),
-        TaskSpec("MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"), hub="mrpc"),
-        TaskSpec("RTE", "sentence1", "sentence2", "label", ("0", "1"), ("accuracy",), hub="rte"),
+        TaskSpec(
+            "SST-2", "sentence", None, "label", ("0", "1"), ("accuracy",),
+            hub="sst2", label_names=("negative", "positive"),
+        ),  # fmt: skip
+        TaskSpec(
+            "MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"),
+            hub="mrpc", label_names=("not_equivalent", "equivalent"),
+        ),  # fmt: skip
+        TaskSpec(
+            "RTE", "sentence1", "sentence2", "label", ("0", "1"), ("accuracy",),
+            hub="rte", label_names=("entailment", "not_entailment"),
+        ),  # fmt: skip
         TaskSpec("STS-B", "sentence1", "sentence2", "score", None, ("pearson", "spearman"), hub="stsb"),
-        TaskSpec("QQP", "question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"), hub="qqp"),
+        TaskSpec(
+            "QQP", "question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"),
+            hub="qqp", label_names=("not_duplicate", "duplicate"),
+        ),  # fmt: skip
         TaskSpec("QNLI", "question", "sentence", "label", ("entailment", "not_entailment"), ("accuracy",), hub="qnli"),
         TaskSpec(
             "MNLI",
@@ -55,12 +69,14 @@ TASKS = {
         ),
     )
 }
-ALIASES = {"entailment": "0", "not_entailment": "1"}  # RTE's label words, as GLUE numbers them
 
 
 def _class_name(spec: TaskSpec, raw: str) -> str:
-    """A label as the task's class names spell it (RTE files give words or numbers)."""
-    return ALIASES.get(raw, raw) if spec.name == "RTE" else raw
+    """A label as the task's classes are spelt in ``labels``, where a file gives the class's name (RTE's files give
+    words or numbers)."""
+    if spec.label_names and raw in spec.label_names:
+        return spec.labels[spec.label_names.index(raw)]
+    return raw
 
 
 @dataclass
@@ -189,12 +205,16 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
     a, b = columns.get(spec.name, (spec.text_a, spec.text_b))
     if spec.labels is None:
         labels = np.array(ds["label"], dtype=np.float32)
-    else:  # the hub's class order may differ from the TSV files' (MNLI): map by label name
-        names = getattr(ds.features["label"], "names", None) or list(spec.labels)
-        wanted = [_class_name(spec, n) for n in names]
-        if any(n not in spec.labels for n in wanted):
+    else:  # the hub names the classes otherwise (SST-2: negative, positive) and may order them otherwise (MNLI)
+        classes = spec.label_names or spec.labels
+        names = getattr(ds.features["label"], "names", None) or list(classes)
+        if sorted(names) != sorted(classes):
             raise AtlasError(
-                f"{arg('data', repr(str(name)))}: labels {names} do not match {spec.name}'s {list(spec.labels)}"
+                f"{arg('data', repr(str(name)))}: labels {names} do not match {spec.name}'s {list(classes)}"
             )
-        labels = np.array([spec.labels.index(wanted[i]) for i in ds["label"]], dtype=np.int64)
+        order = np.array([classes.index(n) for n in names], dtype=np.int64)
+        raw = np.asarray(ds["label"], dtype=np.int64)
+        if len(raw) and not (0 <= raw.min() and raw.max() < len(names)):  # -1: a test split's missing label
+            raise AtlasError(f"{arg('data', repr(str(name)))}: {spec.hub}/{hub_split} has unlabelled examples")
+        labels = order[raw]
     return Examples(list(ds[a]), list(ds[b]) if b else None, labels)

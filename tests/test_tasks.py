@@ -519,6 +519,50 @@ def test_a_mistyped_data_folder_fails_at_once_where_the_hub_is_unreachable(monke
         load_split(task_spec("SST-2"), "glue/SST2", "train")  # read from the cache (here: a hollow one)
 
 
+# the GLUE configurations' class names on the hub (nyu-mll/glue's dataset card), in the hub's class order
+HUB_NAMES = {
+    "SST-2": ["negative", "positive"],
+    "MRPC": ["not_equivalent", "equivalent"],
+    "RTE": ["entailment", "not_entailment"],
+    "QQP": ["not_duplicate", "duplicate"],
+    "QNLI": ["entailment", "not_entailment"],
+    "MNLI": ["entailment", "neutral", "contradiction"],
+}
+
+
+@pytest.mark.parametrize("task", sorted(HUB_NAMES))
+def test_a_hub_data_set_is_read_with_the_tsv_files_class_numbers(monkeypatch, task):
+    """A hub data set's labels are its own class names' indices: each is mapped to the class the TSV files give
+    that example (SST-2's 'positive' is its files' '1'; MNLI's hub order differs from its files')."""
+    import datasets
+
+    spec = task_spec(task)
+    names = HUB_NAMES[task]
+    tsv = {"negative": "0", "positive": "1", "not_equivalent": "0", "equivalent": "1", "not_duplicate": "0",
+           "duplicate": "1"}  # fmt: skip
+    if task == "RTE":
+        tsv = {"entailment": "0", "not_entailment": "1"}
+    hub_labels = [0, 1, 1, 0, len(names) - 1]
+    a, b = {"SST-2": ("sentence", None), "MRPC": ("sentence1", "sentence2"), "QQP": ("question1", "question2"),
+            "MNLI": ("premise", "hypothesis")}.get(task, (spec.text_a, spec.text_b))  # fmt: skip
+    columns = {a: [f"text {i}" for i in range(5)], "label": hub_labels} | ({b: ["b"] * 5} if b else {})
+    features = {a: datasets.Value("string"), "label": datasets.ClassLabel(names=names)}
+    features |= {b: datasets.Value("string")} if b else {}
+    hub = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+    asked = []
+    monkeypatch.setattr("atlas.model.identity.hub_unreachable", lambda: None)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: asked.append((args, kw)) or hub)
+    examples = load_split(spec, "glue", "dev")
+    assert asked == [(("glue", spec.hub), {"split": "validation_matched" if task == "MNLI" else "validation"})]
+    assert examples.text_a == columns[a] and examples.text_b == (columns[b] if b else None)
+    class_of = [tsv.get(names[i], names[i]) for i in hub_labels]  # the class as the TSV files name it
+    assert [spec.labels[i] for i in examples.labels] == class_of
+    unlabelled = datasets.Dataset.from_dict(columns | {"label": [0, -1, 1, 0, 0]}, features=datasets.Features(features))
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: unlabelled)
+    with pytest.raises(AtlasError, match=rf"data='glue': {spec.hub}/validation.* has unlabelled examples"):
+        load_split(spec, "glue", "dev")
+
+
 def test_task_errors_are_one_line(tiny, tmp_path):
     runner = CliRunner()
     for args, message in [
