@@ -295,6 +295,8 @@ def ingest(
             f"'# text' does not hold the words in {result.n_text_unmatched} sentences: those are read as their words "
             "joined (SpaceAfter=No honoured)"
         )
+    if result.dropped is not None:
+        click.echo(f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {api.dropped_text(result.dropped)}")
     if result.n_cut is not None:
         click.echo(
             f"{result.n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "

@@ -44,6 +44,7 @@ from atlas.compare import check_shapes, compare, key_columns, letter, lettered
 from atlas.errors import AtlasError, api_text, arg
 from atlas.files import check_folders_above, writing_to
 from atlas.ingestion.corpus_info import check_file
+from atlas.ingestion.corpus_info import dropped_text as dropped_text  # FrameNet's filters, for the CLI
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.ingestion.run_id import number_text
@@ -663,6 +664,8 @@ class Ingested:
     n_cut: int | None = None  # text: pairs cut to max_length (the kept words in examples.sent_ids)
     n_left_out: int | None = None  # text: pairs left out (a paragraph would lose every word)
     n_text_unmatched: int | None = None  # conllu, text='written': sentences whose '# text' does not hold their words
+    # framenet: the exemplar sentences Kovaleva et al.'s filters dropped, (reason, count) in the filters' order
+    dropped: tuple[tuple[str, int], ...] | None = None
 
 
 @checks.typed
@@ -780,6 +783,8 @@ def ingest(
         from atlas.ingestion.conllu import unmatched_texts
 
         done = Ingested(**{**done.__dict__, "n_text_unmatched": len(unmatched_texts(corpus))})
+    if format == "framenet" and not result.already_present:
+        done = Ingested(**{**done.__dict__, "dropped": checked.dropped})
     if format != "text" or result.already_present:
         return done
     cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut

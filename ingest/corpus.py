@@ -6,6 +6,7 @@ tokenizer (``ingest.align``), a repeated-token corpus's drawn ids as they are (`
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
@@ -15,8 +16,8 @@ import transformers
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.align import AlignedSentence, align
 from atlas.ingestion.conllu import Sentence, read_conllu
-from atlas.ingestion.corpus_info import CorpusInfo, check_file, sha256_of
-from atlas.ingestion.framenet import read_framenet
+from atlas.ingestion.corpus_info import CorpusInfo, check_file, dropped_text, sha256_of
+from atlas.ingestion.framenet import REASONS, read_framenet
 from atlas.ingestion.glue_corpus import read_glue
 from atlas.ingestion.glue_tsv import task_spec
 from atlas.ingestion.repeated import Repeated, read_repeated
@@ -88,9 +89,11 @@ def check_corpus(
         return CorpusInfo(path, sha256_of(path), n, fmt, None, sample, sample_seed)
     if fmt == "glue":
         task = task_spec(task).name  # one spelling in run ids and corpus names
-    info = CorpusInfo(path, "", 0, fmt, task)
-    n = sum(1 for _ in read_corpus(info))
+    counts: Counter[str] = Counter()
+    sentences = read_framenet(path, counts) if fmt == "framenet" else read_corpus(CorpusInfo(path, "", 0, fmt, task))
+    n = sum(1 for _ in sentences)
+    dropped = tuple((reason, counts[reason]) for reason in REASONS if counts[reason])
     if n == 0:
-        kept = " that passes Kovaleva et al.'s filters (see 'atlas ingest --help')" if fmt == "framenet" else ""
+        kept = f" that passes Kovaleva et al.'s filters ({dropped_text(dropped)})" if fmt == "framenet" else ""
         raise AtlasError(f"{path}: the corpus holds no sentence{kept}")
-    return CorpusInfo(path, sha256_of(path), n, fmt, task)
+    return CorpusInfo(path, sha256_of(path), n, fmt, task, dropped=dropped)

@@ -4,7 +4,7 @@ a finished ingest is found by it without loading a reader or a model)."""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from atlas.errors import AtlasError, arg
@@ -19,6 +19,8 @@ class CorpusInfo:
     task: str | None = None  # the GLUE task of a glue file
     sample: int | None = None  # text: the number of paragraph pairs drawn (None: every pair)
     sample_seed: int = 0  # text: seed of the draw and of the truncation
+    # framenet: the exemplar sentences Kovaleva et al.'s filters drop, by reason (``ingest.framenet.REASONS``)
+    dropped: tuple[tuple[str, int], ...] = field(default=(), compare=False)
 
     @property
     def name(self) -> str:
@@ -27,6 +29,12 @@ class CorpusInfo:
         if self.fmt == "text" and self.sample is not None:
             return f"{self.path.name} (sample {self.sample}, seed {self.sample_seed})"
         return f"{self.task}/{self.path.name}" if self.fmt == "glue" else self.path.name
+
+
+def dropped_text(dropped: tuple[tuple[str, int], ...]) -> str:
+    """FrameNet's dropped sentences as the ingest says them: '3 dropped: 2 more than 12 tokens, 1 target ...'."""
+    n = sum(count for _, count in dropped)
+    return f"{n:,} dropped" + (": " + ", ".join(f"{count:,} {reason}" for reason, count in dropped) if n else "")
 
 
 def sha256_of(path: Path) -> str:

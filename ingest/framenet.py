@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 import tarfile
 import xml.etree.ElementTree as ET
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -38,6 +39,15 @@ NS = "{http://framenet.icsi.berkeley.edu}"
 MAX_SENTENCE_TOKENS = 12
 MAX_ELEMENT_TOKENS = 3
 MIN_DISTANCE = 3  # an element token at most 2 tokens from the target drops the sentence
+# why a sentence is dropped, one reason per filter, in the order they apply (``rejection``)
+REASONS = (
+    f"more than {MAX_SENTENCE_TOKENS} tokens",
+    "target of more than one span",
+    f"an element of more than {MAX_ELEMENT_TOKENS} tokens",
+    "target not one token",
+    f"an element within {MIN_DISTANCE - 1} tokens of the target",
+    "no element of the frame's core set",
+)
 ARCHIVES = (".tar.gz", ".tgz")
 LU_FILE = re.compile(r"lu\d+\.xml")
 
@@ -135,20 +145,22 @@ def target_word(ex: Exemplar) -> int | None:
 
 
 def rejection(ex: Exemplar) -> str | None:
-    """Why the released code's filters drop the sentence (None: kept); see the module docstring."""
+    """Why the released code's filters drop the sentence, one of ``REASONS`` (None: kept); see the module
+    docstring."""
+    long_sentence, split_target, long_element, wide_target, near, no_core = REASONS
     if len(ex.tokens) > MAX_SENTENCE_TOKENS:
-        return f"more than {MAX_SENTENCE_TOKENS} tokens"
+        return long_sentence
     if len(ex.targets) > 1:
-        return "target of more than one span"
+        return split_target
     if any(last - first + 1 > MAX_ELEMENT_TOKENS for _, (first, last), _ in ex.elements):
-        return f"an element of more than {MAX_ELEMENT_TOKENS} tokens"
+        return long_element
     target = target_word(ex)
     if target is None:
-        return "target not one token"
+        return wide_target
     if any(first - target < MIN_DISTANCE and target - last < MIN_DISTANCE for _, (first, last), _ in ex.elements):
-        return "an element within 2 tokens of the target"
+        return near
     if not any(core for _, _, core in ex.elements):
-        return "no element of the frame's core set"
+        return no_core
     return None
 
 
@@ -274,8 +286,9 @@ def _written(tokens: list[tuple[str, int, int]]) -> tuple[str, list[tuple[int, i
     return text, [(first - start, last + 1 - start) for _, first, last in tokens]
 
 
-def read_framenet(path: Path) -> Iterator[Sentence]:
-    """The exemplar sentences that pass the filters, as sentences carrying their frame elements."""
+def read_framenet(path: Path, dropped: Counter[str] | None = None) -> Iterator[Sentence]:
+    """The exemplar sentences that pass the filters, as sentences carrying their frame elements; ``dropped``
+    counts the others by the reason of the first filter that drops them."""
     frames = frames_for(path)
     index = 0
     for source, data in _documents(path):
@@ -284,8 +297,10 @@ def read_framenet(path: Path) -> Iterator[Sentence]:
             raise AtlasError(f"{source}: not a FrameNet lexical-unit file (no <lexUnit> root)")
         frame, lu = root.get("frame", ""), root.get("name", "")
         for ex in exemplars(root, source, frames.core(frame, source)):
-            target = target_word(ex)
-            if rejection(ex) is not None or target is None:
+            reason, target = rejection(ex), target_word(ex)
+            if reason is not None or target is None:
+                if dropped is not None and reason is not None:
+                    dropped[reason] += 1
                 continue
             words = [
                 Word(i + 1, t, None, None, None, None, None, None, None, 0) for i, (t, _, _) in enumerate(ex.tokens)

@@ -40,22 +40,46 @@ TASKS = {
     spec.name: spec
     for spec in (
         TaskSpec(
-            "SST-2", "sentence", None, "label", ("0", "1"), ("accuracy",),
-            hub="sst2", label_names=("negative", "positive"),
-        ),  # fmt: skip
+            "SST-2",
+            "sentence",
+            None,
+            "label",
+            ("0", "1"),
+            ("accuracy",),
+            hub="sst2",
+            label_names=("negative", "positive"),
+        ),
         TaskSpec(
-            "MRPC", "#1 String", "#2 String", "Quality", ("0", "1"), ("f1", "accuracy"),
-            hub="mrpc", label_names=("not_equivalent", "equivalent"),
-        ),  # fmt: skip
+            "MRPC",
+            "#1 String",
+            "#2 String",
+            "Quality",
+            ("0", "1"),
+            ("f1", "accuracy"),
+            hub="mrpc",
+            label_names=("not_equivalent", "equivalent"),
+        ),
         TaskSpec(
-            "RTE", "sentence1", "sentence2", "label", ("0", "1"), ("accuracy",),
-            hub="rte", label_names=("entailment", "not_entailment"),
-        ),  # fmt: skip
+            "RTE",
+            "sentence1",
+            "sentence2",
+            "label",
+            ("0", "1"),
+            ("accuracy",),
+            hub="rte",
+            label_names=("entailment", "not_entailment"),
+        ),
         TaskSpec("STS-B", "sentence1", "sentence2", "score", None, ("pearson", "spearman"), hub="stsb"),
         TaskSpec(
-            "QQP", "question1", "question2", "is_duplicate", ("0", "1"), ("f1", "accuracy"),
-            hub="qqp", label_names=("not_duplicate", "duplicate"),
-        ),  # fmt: skip
+            "QQP",
+            "question1",
+            "question2",
+            "is_duplicate",
+            ("0", "1"),
+            ("f1", "accuracy"),
+            hub="qqp",
+            label_names=("not_duplicate", "duplicate"),
+        ),
         TaskSpec("QNLI", "question", "sentence", "label", ("entailment", "not_entailment"), ("accuracy",), hub="qnli"),
         TaskSpec(
             "MNLI",

@@ -12,17 +12,21 @@ import itertools
 import shutil
 import tarfile
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from click.testing import CliRunner
 from transformers import AutoModel, AutoTokenizer
 
+import atlas
 from atlas.catalogue import resolve, run_entry
+from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.corpus import check_corpus
-from atlas.ingestion.framenet import Exemplar, exemplars, frames_for, read_framenet, rejection
+from atlas.ingestion.framenet import REASONS, Exemplar, exemplars, frames_for, read_framenet, rejection
 from atlas.ingestion.pipeline import Settings, ingest
 from atlas.store import Store
 
@@ -125,8 +129,35 @@ def test_frame_definitions_found_or_one_line_error(tmp_path):
 
 def test_a_file_whose_exemplars_the_filters_all_drop():
     lu = next(f for f in sorted(LU.glob("lu*.xml")) if not list(read_framenet(f)))
-    with pytest.raises(AtlasError, match=r"holds no sentence that passes Kovaleva et al.'s filters"):
+    reasons = Counter(rejection(ex) for ex in _exemplars(lu.name).values())
+    with pytest.raises(AtlasError, match=r"holds no sentence that passes Kovaleva et al.'s filters") as info:
         check_corpus(lu, "framenet")
+    said = ", ".join(f"{reasons[r]} {r}" for r in REASONS if reasons[r])  # in the filters' order
+    assert str(info.value).endswith(f"filters ({reasons.total()} dropped: {said})")
+
+
+def test_the_sentences_each_filter_drops_are_counted_in_the_filters_order(tmp_path):
+    """Every annotated sentence (one with a labelled target) is kept or counted once, by the first filter that
+    drops it; the ingest says the counts (CLI) and returns them (API)."""
+    annotated = 0
+    for file in LU.glob("lu*.xml"):
+        for sentence in ET.fromstring(file.read_bytes()).iter(f"{NS}sentence"):
+            targets = (la for la in sentence.iter(f"{NS}layer") if la.get("name") == "Target")
+            annotated += any(lab.get("start") is not None for la in targets for lab in la.iter(f"{NS}label"))
+    info = check_corpus(LU, "framenet")
+    reasons = [reason for reason, _ in info.dropped]
+    assert reasons == [r for r in REASONS if r in reasons] and all(n > 0 for _, n in info.dropped)
+    assert len(reasons) >= 4  # the sample exercises most filters
+    assert info.n_sentences == len(KEPT) and info.n_sentences + sum(n for _, n in info.dropped) == annotated
+    done = atlas.ingest(LU, format="framenet", store=tmp_path / "s", progress=False)
+    assert done.dropped == info.dropped
+    assert atlas.ingest(LU, format="framenet", store=tmp_path / "s", progress=False).dropped is None  # present
+    result = CliRunner().invoke(cli, ["ingest", "--format", "framenet", "--corpus", str(LU), "--store",
+                                      str(tmp_path / "t"), "--quiet"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    said = ", ".join(f"{n} {reason}" for reason, n in info.dropped)
+    total = sum(n for _, n in info.dropped)
+    assert f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {total} dropped: {said}\n" in result.output
 
 
 # The reference: the released procedure over the sample files, independent of ingest/framenet.py.
