@@ -75,7 +75,11 @@ POLARS_DERIVED = {
 
 class AtlasNote(UserWarning):
     """Said beside an answer that is computed but differs from the paper's setting (the CLI prints it on
-    stderr)."""
+    stderr); ``note``: the note as its API gives it (``errors.Note``: with the command line's words too)."""
+
+    def __init__(self, text: str, note: str | None = None) -> None:
+        super().__init__(text)
+        self.note = text if note is None else note
 
 
 @checks.typed
@@ -648,7 +652,7 @@ def _caller() -> int:
 def warn_notes(notes: Sequence[str]) -> None:
     """Each note as an ``AtlasNote`` warning pointing at the caller's line."""
     for note in notes:
-        warnings.warn(note.removeprefix("note: "), AtlasNote, stacklevel=_caller())
+        warnings.warn(AtlasNote(note.removeprefix("note: "), note), stacklevel=_caller())
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -18,6 +19,9 @@ from atlas import checks
 from atlas.api import store_at, warn_notes
 from atlas.errors import AtlasError, arg
 from atlas.store import Store
+
+if TYPE_CHECKING:
+    from atlas.tasks.classifier import TaskModel
 
 ABLATION_METHODS = ("uniform", "mask")
 
@@ -42,6 +46,7 @@ class Importance:
     curve: pl.DataFrame
     n_train: int
     n_dev: int
+    notes: tuple[str, ...] = ()  # also issued as AtlasNote warnings
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,14 @@ class Gradients:
     described: str  # the loss in words, and whether it is Clark et al.'s
     frame: pl.DataFrame  # layer (1-based), then one column per target (sep, dot_comma, other)
     notes: tuple[str, ...] = ()  # also issued as AtlasNote warnings
+
+
+def _untrained(tm: TaskModel, what: str) -> tuple[str, ...]:
+    """The note a result of ``tm`` (``what``) gets where its classification head is untrained."""
+    from atlas.tasks.classifier import untrained_head, untrained_head_note
+
+    why = untrained_head(tm)
+    return () if why is None else (untrained_head_note(why, what),)
 
 
 def _target(store: str | os.PathLike[str] | None) -> Store:
@@ -152,12 +165,14 @@ def ablate(
     target = _target(store)
     dev = _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
+    notes = _untrained(tm, "the scores are")
     baseline, rows = sweep(tm, encode(tm, dev), method, heads=heads, layers=layers, reuse=reuse, progress=progress)
     run_id = write_ablations(target, tm, method, method, rows, baseline, len(dev))
     main = spec.metrics[0]
     best = max(rows, key=lambda r: r["metrics"][main])
     head = None if best["head"] is None else best["head"] + 1
     summary = {"baseline": baseline[main], "best": best["metrics"][main], "kind": best["kind"]}
+    warn_notes(notes)
     return pl.DataFrame([{"run_id": run_id, **summary, "layer": best["layer"] + 1, "head": head}])
 
 
@@ -189,6 +204,7 @@ def importance(
     target = _target(store)
     train_set, dev = subset(load_split(spec, data, "train"), train_limit, seed), _dev(spec, data, dev_limit)
     tm = load_task_model(model, spec)
+    notes = _untrained(tm, "the importance scores and the pruning curve are")
     raw, n_train = head_importance(tm, encode(tm, train_set), progress)
     baseline, rows = pruning_and_single_heads(tm, encode(tm, dev), normalise(raw), progress)
     with target.transaction():  # the importance scores and the pruning results appear together
@@ -196,7 +212,8 @@ def importance(
         run_id = write_ablations(target, tm, "importance", "mask", rows, baseline, len(dev))
     main = spec.metrics[0]
     curve = [{"pruned_share": r["pruned_share"], main: r["metrics"][main]} for r in rows if r["kind"] == "pruned"]
-    return Importance(run_id, pl.DataFrame(curve), n_train, len(dev))
+    warn_notes(notes)
+    return Importance(run_id, pl.DataFrame(curve), n_train, len(dev), notes)
 
 
 @checks.typed
@@ -215,7 +232,6 @@ def grads(
     masked-LM loss over a CoNLL-U ``corpus`` (Clark et al.'s; ``seed`` seeds the masking), or of a fine-tuned
     model's loss on its ``task``'s dev set in ``data``; ``limit`` sentences or examples; ``progress``: a
     progress bar over the batches."""
-    from atlas.tasks.classifier import untrained_head, untrained_head_note
     from atlas.tasks.grads import TARGETS, loss_label, mlm_gradients, task_gradients, write
 
     if (corpus is None) == (task is None) or (task is None) != (data is None):
@@ -226,12 +242,17 @@ def grads(
     checks.seed("seed", seed)
     checks.named("corpus", corpus)
     target = _target(store)
+    notes: tuple[str, ...] = ()
     if corpus is not None:
         run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed, progress)
     else:
-        run_id, loss, means, counts = task_gradients(model, task, data, limit, progress)
+        from atlas.ingestion.glue_tsv import task_spec
+        from atlas.tasks.classifier import load_task_model
+
+        tm = load_task_model(model, task_spec(task))
+        notes = _untrained(tm, "the task loss is")
+        run_id, loss, means, counts = task_gradients(tm, data, limit, progress)
     write(target, run_id, loss, means, counts)
     rows = [{"layer": layer + 1, **dict(zip(TARGETS, means[layer], strict=True))} for layer in range(len(means))]
-    notes = (untrained_head_note(),) if task is not None and untrained_head(model) else ()
     warn_notes(notes)
     return Gradients(run_id, loss, loss_label(loss), pl.DataFrame(rows), notes)

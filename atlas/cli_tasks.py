@@ -16,16 +16,20 @@ from atlas.cli_options import FilePath, format_option, quiet_option, store_optio
 from atlas.errors import note_cli_text
 from atlas.output import emit
 
-Noted = TypeVar("Noted", api_tasks.FineTuned, api_tasks.Gradients)
+Done = TypeVar("Done")
 
 
-def _noted(call: Callable[..., Noted], *args: object, **kwargs: object) -> Noted:
-    """``call``'s result, its notes said once on stderr in the command line's words (not as the API's warnings)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", AtlasNote)
+def _noted(call: Callable[..., Done], *args: object, **kwargs: object) -> Done:
+    """``call``'s result, its notes (the API's ``AtlasNote`` warnings) said once on stderr in the command line's
+    words; other warnings go on as they came."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AtlasNote)
         done = call(*args, **kwargs)
-    for note in done.notes:
-        click.echo(note_cli_text(note), err=True)
+    for said in caught:
+        if isinstance(said.message, AtlasNote):
+            click.echo(note_cli_text(said.message.note), err=True)
+        else:
+            warnings.warn_explicit(said.message, said.category, said.filename, said.lineno, source=said.source)
     return done
 
 
@@ -123,7 +127,8 @@ def ablate(
     fmt: str,
 ) -> None:
     """Disable every head and every layer in turn (uniform attention or masked output); store the scores."""
-    summary = api_tasks.ablate(
+    summary = _noted(
+        api_tasks.ablate,
         model,
         task,
         data,
@@ -166,7 +171,8 @@ def importance(
     fmt: str,
 ) -> None:
     """Michel et al. head importance (training set), the pruning curve and "all heads but one" (dev set); stored."""
-    done = api_tasks.importance(
+    done = _noted(
+        api_tasks.importance,
         model,
         task,
         data,

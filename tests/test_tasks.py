@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -490,14 +491,33 @@ def test_a_fine_tune_of_one_update_says_it_leaves_the_weights_as_loaded(tiny, tm
     # a trained checkpoint's task loss: no note; one of 0 epochs, or the embedded encoder's: an untrained head's
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "zero"), "--epochs", "0"])
     assert result.exit_code == 0, result.output
-    for model, untrained in (["--model", str(tmp_path / "more0")], False), (["--model", str(tmp_path / "zero")], True):
-        grads = ["grads", *model, "--task", "RTE", "--data", str(GLUE / "RTE"), "--limit", "4", "--quiet"]
-        result = CliRunner().invoke(cli, [*grads, "--store", str(tmp_path / "s")])
-        assert result.exit_code == 0, result.output
-        assert ("note: the classification head is untrained" in result.stderr) == untrained, result.stderr
-    with pytest.warns(atlas.AtlasNote, match=r"untrained \(the embedded encoder has none; a checkpoint of atlas"):
+    # and so do its ablation scores and importance (an encoder without a task head: a fresh one, at random)
+    zero = "a checkpoint of 'atlas finetune' of 0 epochs keeps its fresh head"
+    fresh = "the model's files hold no classifier.bias, classifier.weight: initialised at random"
+    task = ["--task", "RTE", "--data", str(GLUE / "RTE"), "--quiet", "--store", str(tmp_path / "s")]
+    for model, why in ("more0", None), ("zero", zero), (str(tiny), fresh):
+        path = str(tmp_path / model) if why != fresh else model
+        for command in (["grads", "--limit", "4"], ["ablate", "--dev-limit", "4", "--no-heads"],
+                        ["importance", "--dev-limit", "4", "--train-limit", "4"]):  # fmt: skip
+            result = CliRunner().invoke(cli, [*command, "--model", path, *task])
+            assert result.exit_code == 0, result.output
+            said = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+            if why is None:
+                assert not said, result.stderr
+            else:
+                assert len(said) == 1 and said[0].startswith(f"note: the classification head is untrained ({why}): ")
+            assert "Warning" not in result.stderr
+    with pytest.warns(atlas.AtlasNote, match=r"untrained \(the model's files hold no classifier.bias, classifier"):
         done = atlas.grads(task="RTE", data=GLUE / "RTE", limit=2, progress=False, store=tmp_path / "s")
+    assert done.notes and "the task loss is not a fine-tuned model's" in done.notes[0]
+    with pytest.warns(atlas.AtlasNote, match=r"0 epochs keeps its fresh head\): the importance scores and the pru"):
+        done = atlas.importance(tmp_path / "zero", "RTE", GLUE / "RTE", train_limit=4, dev_limit=4, progress=False,
+                                store=tmp_path / "s")  # fmt: skip
     assert done.notes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", atlas.AtlasNote)  # a trained checkpoint: no note
+        atlas.ablate(tmp_path / "more0", "RTE", GLUE / "RTE", heads=False, dev_limit=4, progress=False,
+                     store=tmp_path / "s")  # fmt: skip
     with pytest.warns(atlas.AtlasNote, match=r"\(epochs, train_limit, batch_size\)"):
         done = atlas.finetune("RTE", GLUE / "RTE", tmp_path / "api", tiny, epochs=1, train_limit=8, dev_limit=8,
                               progress=False, store=tmp_path / "s")  # fmt: skip
@@ -594,7 +614,7 @@ def test_attention_gradients_equal_autograd_by_loops(tiny, tmp_path):
     result = runner.invoke(cli, ["grads", "--model", str(tiny), "--limit", "8", "--store", str(store), *data])
     assert result.exit_code == 0, result.output
     assert "gradients of the RTE task loss, not Clark et al.'s masked-LM loss" in result.output
-    assert "note:" not in result.stderr  # tiny's head may be trained for all atlas knows: no note
+    assert "note: the classification head is untrained (the model's files hold no classifier" in result.stderr
     entry = resolve("gradient importance")
     df = run_entry(Store(store).connect(), entry, entry.bind({}))
     assert len(df) == 3 * N_LAYERS and set(df["loss"]) == {"RTE task loss, not Clark et al.'s masked-LM loss"}

@@ -53,6 +53,8 @@ class LoadedModel:
     seed: int = 0
     dtype: str = "float32"  # the weights' dtype (a key of DTYPES)
     config_overrides: dict[str, object] = field(default_factory=dict)  # set on the config as read
+    # the weights the checkpoint does not hold, initialised under ``seed`` (a task head an encoder lacks)
+    fresh_weights: tuple[str, ...] = ()
 
 
 def load_model(
@@ -85,6 +87,7 @@ def load_model(
     unreachable = None if looks_local else hub_unreachable()
     local_only = unreachable is not None  # then read from the Hugging Face cache alone
     built = False  # the config is read: an error from here on is the model's, built with the overrides
+    fresh: tuple[str, ...] = ()
     try:
         config = read_config(source, config_overrides, shown)
         check_family(config, given)
@@ -99,7 +102,7 @@ def load_model(
                 config, attn_implementation=CAPTURE, dtype=DTYPES[dtype], trust_remote_code=False
             )
         else:
-            model = auto_class.from_pretrained(
+            model, loading = auto_class.from_pretrained(
                 source,
                 config=config,
                 attn_implementation=CAPTURE,
@@ -107,7 +110,9 @@ def load_model(
                 use_safetensors=True,
                 trust_remote_code=False,
                 local_files_only=local_only,
+                output_loading_info=True,
             )
+            fresh = tuple(sorted(loading["missing_keys"]))
             model_hash = weights_hash(source)
     except (OSError, ValueError, KeyError, RuntimeError, TypeError, SafetensorError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -140,6 +145,7 @@ def load_model(
         seed=seed,
         dtype=dtype,
         config_overrides=dict(config_overrides),
+        fresh_weights=fresh,
     )
 
 

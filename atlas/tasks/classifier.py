@@ -45,18 +45,22 @@ def checkpoint_info(name: str | None) -> dict:
         raise AtlasError(f"{Path(name) / TASK_FILE}: not valid JSON ({exc})") from None
 
 
-def untrained_head(name: str | None) -> bool:
-    """Whether a task model's head is known untrained: the embedded encoder's (it has none: a fresh one), or a
-    checkpoint saved without training (``atlas finetune --epochs 0``). Another model's head may be trained."""
-    return name is None or checkpoint_info(name).get("epochs") == 0
+def untrained_head(tm: TaskModel) -> str | None:
+    """Why a task model's head is untrained, where it is: its weights are not in the model's files (an encoder
+    without a task head, as the embedded one: a fresh head), or it is a checkpoint saved without training
+    (``atlas finetune --epochs 0``). None: the head was read from the files (and may be trained)."""
+    prefix = f"{tm.lm.model.base_model_prefix}."
+    head = [name for name in tm.lm.fresh_weights if not name.startswith(prefix)]
+    if head:
+        return f"the model's files hold no {', '.join(head)}: initialised at random"
+    if tm.info.get("epochs") == 0:
+        return "a checkpoint of 'atlas finetune' of 0 epochs keeps its fresh head"
+    return None
 
 
-def untrained_head_note() -> Note:
-    """What a task loss of a model with an untrained head measures."""
-    return Note(
-        "note: the classification head is untrained (the embedded encoder has none; a checkpoint of 'atlas finetune' "
-        "of 0 epochs keeps its fresh one): the task loss is not a fine-tuned model's"
-    )
+def untrained_head_note(why: str, what: str) -> Note:
+    """What ``what`` (the task loss, the ablation scores) of a model with an untrained head measures."""
+    return Note(f"note: the classification head is untrained ({why}): {what} not a fine-tuned model's")
 
 
 def load_task_model(name: str | None, spec: TaskSpec, random_init: bool = False, seed: int = 0) -> TaskModel:

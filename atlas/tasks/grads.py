@@ -10,7 +10,9 @@ which the paper does not use. Clark et al.'s code for Figure 5 is not released.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,6 +23,9 @@ from transformers.utils import cached_file
 from atlas.errors import AtlasError, arg
 from atlas.model.intervene import Intervention, intervening
 from atlas.store import Store
+
+if TYPE_CHECKING:
+    from atlas.tasks.classifier import TaskModel
 
 TARGETS = ("sep", "dot_comma", "other")
 MASK_SHARE = 0.15
@@ -186,17 +191,16 @@ def mlm_gradients(
 
 
 def task_gradients(
-    model: str | None, task: str, data: str, limit: int, progress: bool = False
+    tm: TaskModel, data: str | os.PathLike[str], limit: int, progress: bool = False
 ) -> tuple[str, str, np.ndarray, np.ndarray]:
-    """A fine-tuned model's task loss over the first ``limit`` dev examples (not Clark et al.'s); as
-    ``mlm_gradients``."""
-    from atlas.ingestion.glue_tsv import load_split, task_spec
-    from atlas.tasks.classifier import encode, load_task_model
+    """A fine-tuned task model's loss over the first ``limit`` dev examples of its task in ``data`` (not Clark et
+    al.'s); as ``mlm_gradients``."""
+    from atlas.ingestion.glue_tsv import load_split
+    from atlas.tasks.classifier import encode
     from atlas.tasks.importance import example_losses
     from atlas.tasks.record import task_run_id
 
-    spec = task_spec(task)
-    tm = load_task_model(model, spec)
+    spec = tm.spec
     batches = [(b.inputs, b.labels) for b in encode(tm, load_split(spec, data, "dev").head(limit))]
 
     def loss_of(m, inputs, labels):
