@@ -724,6 +724,8 @@ def ingest(
     from atlas.model.identity import config_overrides, override_text
 
     checks.seed("seed", seed)
+    if format not in FORMATS:  # first: the other options' checks read it
+        raise AtlasError(f"{arg('format', repr(format))}: expected one of {', '.join(FORMATS)}")
     if sample_seed is not None:
         checks.seed("sample_seed", sample_seed)
         if format not in ("text", "repeated"):
@@ -870,8 +872,6 @@ def _check_ingest_options(
 ) -> str:
     """One line for option combinations that would do something else than asked (or nothing); returns the
     packing the corpus is read with."""
-    if fmt not in FORMATS:
-        raise AtlasError(f"{arg('format', repr(fmt))}: expected one of {', '.join(FORMATS)}")
     if seed is not None and not random_init:
         drawn = f" (the tokens of {arg('format', repr('repeated'))} are drawn with {arg('sample_seed')})"
         raise AtlasError(

@@ -119,6 +119,9 @@ def test_ingest_refuses_what_the_cli_refuses(sample, tmp_path):
         assert "--" not in str(raised.value)  # the API's words: its parameters, not the CLI's options
     with pytest.raises(atlas.AtlasError, match="format='xml': expected one of conllu, glue, framenet, text"):
         atlas.ingest(corpus, store=store, format="xml")
+    for misspelt in ({"format": "Repeated"}, {"format": "Repeated", "sample_seed": 1}):  # no corpus: the format first
+        with pytest.raises(atlas.AtlasError, match="^format='Repeated': expected one of conllu, glue, framenet, t"):
+            atlas.ingest(store=store, **misspelt)
 
 
 def test_open_a_missing_store(tmp_path):

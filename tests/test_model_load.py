@@ -96,3 +96,20 @@ def test_the_hub_is_tried_unless_offline_mode_or_a_proxy_is_set(monkeypatch):
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert identity.hub_unreachable() is None
+
+
+def test_a_folder_without_config_or_tokenizer_files_is_named_as_such(tmp_path):
+    """An empty folder has no config.json (transformers asks for a model_type key); a folder of config and weights
+    alone would get an empty tokenizer from AutoTokenizer, and the ingest would fail on its template."""
+    model = ROOT / "samples" / "models" / "induction-2l"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AtlasError, match=r"^model='.*empty': no config.json in this folder \(a model's folder hol"):
+        load_model(str(tmp_path / "empty"))
+    untokenized = tmp_path / "untokenized"
+    untokenized.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model / name, untokenized)
+    with pytest.raises(AtlasError, match=r"^model='.*untokenized': no tokenizer files \(tokenizer.json, or its "):
+        load_model(str(untokenized))
+    shutil.copy(model / "tokenizer.json", untokenized)
+    assert load_model(str(untokenized)).tokenizer.vocab_size > 0

@@ -82,6 +82,8 @@ def load_model(
     looks_local = source.startswith((".", os.sep, "~")) or source.count(os.sep) > 1 or Path(source).exists()
     if looks_local and not Path(source).is_dir():
         raise AtlasError(f"{given}: no such model directory")
+    if looks_local and not (Path(source) / "config.json").is_file():
+        raise AtlasError(f"{given}: no config.json in this folder (a model's folder holds config, weights, tokenizer)")
     if looks_local:  # recorded as runs.model_source: found again from any folder (runs.model keeps what was typed)
         source = str(Path(source).expanduser().resolve())
     unreachable = None if looks_local else hub_unreachable()
@@ -129,6 +131,8 @@ def load_model(
         raise AtlasError(f"{given}: cannot load it ({first})") from None
     if not tokenizer.is_fast:
         raise AtlasError(f"{given}: a fast tokenizer is required")
+    if tokenizer.vocab_size == 0:  # AutoTokenizer makes an empty one of a folder without tokenizer files
+        raise AtlasError(f"{given}: no tokenizer files (tokenizer.json, or its tokenizer's vocabulary files)")
     prepare(model)
     model.eval()
     return LoadedModel(
