@@ -295,6 +295,12 @@ def ingest(
             f"'# text' does not hold the words in {result.n_text_unmatched} sentences: those are read as their words "
             "joined (SpaceAfter=No honoured)"
         )
+    if result.n_unknown:
+        share = result.n_unknown / result.n_tokens
+        click.echo(
+            f"{result.n_unknown:,} of the {result.n_tokens:,} pieces ({share:.1%}) are the tokenizer's unknown token: "
+            "the model reads no more of their text than that it is unknown"
+        )
     if result.dropped is not None:
         click.echo(f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {api.dropped_text(result.dropped)}")
     if result.n_cut is not None:

@@ -670,6 +670,8 @@ class Ingested:
     n_text_unmatched: int | None = None  # conllu, text='written': sentences whose '# text' does not hold their words
     # framenet: the exemplar sentences Kovaleva et al.'s filters dropped, (reason, count) in the filters' order
     dropped: tuple[tuple[str, int], ...] | None = None
+    n_tokens: int = 0  # pieces stored, special tokens included
+    n_unknown: int | None = None  # of them, the tokenizer's unknown token (text it has no piece for); None: it has none
 
 
 @checks.typed
@@ -791,6 +793,8 @@ def ingest(
         done = Ingested(**{**done.__dict__, "n_text_unmatched": len(unmatched_texts(corpus))})
     if format == "framenet" and not result.already_present:
         done = Ingested(**{**done.__dict__, "dropped": checked.dropped})
+    if not result.already_present:
+        done = _with_unknown(done, target, lm.tokenizer.unk_token_id)
     if format != "text" or result.already_present:
         return done
     cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
@@ -798,6 +802,15 @@ def ingest(
         sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
         n_cut = st.connection.execute(sql, [result.run_id]).fetchone()[0]
     return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
+
+
+def _with_unknown(done: Ingested, target: Store, unknown: int | None) -> Ingested:
+    """``done`` with the run's pieces counted, and those that are the tokenizer's unknown token."""
+    counted = "NULL" if unknown is None else f"count(*) FILTER (WHERE piece_id = {int(unknown)})"
+    with Atlas(target) as st:
+        sql = f"SELECT count(*), {counted} FROM tokens WHERE run_id = ?"
+        n_tokens, n_unknown = st.connection.execute(sql, [done.run_id]).fetchone()
+    return Ingested(**{**done.__dict__, "n_tokens": n_tokens, "n_unknown": n_unknown})
 
 
 def _check_engine_options(

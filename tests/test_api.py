@@ -81,6 +81,26 @@ def test_ingest_is_the_cli_ingest(sample, tmp_path):
     fresh = run_cli("ingest", "--corpus", str(corpus), "--store", str(tmp_path / "cli-store"), "--quiet")
     assert fresh.output.startswith(f"run {done.run_id}: 12 inputs, 0 skipped")
     assert f"{done.n_edges:,} attention edges" in fresh.output
+    assert "unknown token" not in fresh.output
+
+
+def test_the_ingest_counts_the_pieces_the_tokenizer_did_not_know(sample, tmp_path):
+    """The sample decoder knows 256 made-up pieces: English text is almost all its unknown token, and the ingest
+    says so (its induction and duplicate-token scores would count each unknown piece a copy of the others)."""
+    store, corpus, done = sample
+    with atlas.open(store) as opened:
+        n_tokens = opened.sql(f"SELECT count(*) AS n FROM tokens WHERE run_id = '{done.run_id}'")["n"][0]
+    assert done.n_tokens == n_tokens and done.n_unknown == 0  # WordPiece has a piece for each of these words
+    folder = Path(__file__).resolve().parent.parent / "samples" / "models" / "induction-2l"
+    made_up = atlas.ingest(corpus, model=folder, store=tmp_path / "s", progress=False)
+    with atlas.open(tmp_path / "s") as opened:
+        sql = f"SELECT count(*) AS n FROM tokens WHERE run_id = '{made_up.run_id}' AND piece = '<unk>'"
+        assert made_up.n_unknown == opened.sql(sql)["n"][0] > 0.8 * made_up.n_tokens
+    result = run_cli("ingest", "--corpus", str(corpus), "--model", str(folder), "--store", str(tmp_path / "t"))
+    share = f"{made_up.n_unknown / made_up.n_tokens:.1%}"
+    said = f"{made_up.n_unknown:,} of the {made_up.n_tokens:,} pieces ({share}) are the tokenizer's unknown token: "
+    assert said in result.output
+    assert atlas.ingest(corpus, model=folder, store=tmp_path / "s", progress=False).n_unknown is None  # present
 
 
 def test_a_model_folder_is_named_as_text_or_a_path(tmp_path):
