@@ -315,7 +315,8 @@ def ingest(
 @store_option
 @format_option
 def runs(unfinished: bool, store_path: str | None, fmt: str | None) -> None:
-    """List the runs in the store, with what tells them apart (weights, seed, max length, kept mass, pack)."""
+    """List the runs in the store, with what tells them apart (weights, seed and config, shape, max length, kept
+    mass, pack)."""
     if unfinished:
         staged = api.open(store_path, must_exist=False).runs(unfinished=True)
         emit(staged, fmt, None)

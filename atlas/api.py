@@ -195,16 +195,19 @@ class Atlas:
 
     @checks.typed
     def runs(self, unfinished: bool = False) -> pl.DataFrame:
-        """The runs, with what tells them apart (weights, seed, max length, kept mass, pack); ``unfinished``:
-        the interrupted ingests instead (re-run the same ingest to resume one)."""
+        """The runs, with what tells them apart (weights: pretrained, or random with their seed and config
+        overrides; shape: layers x heads; max length, kept mass with its cap of edges per row, pack, ...);
+        ``unfinished``: the interrupted ingests instead (re-run the same ingest to resume one)."""
         if unfinished:
             if not self.store.exists() and not self.store.staging.is_dir():
                 raise AtlasError(f"{self.store.named}: no store here (run 'atlas ingest' first)")
             return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
         return self.connection.sql(
-            "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || ')' ELSE 'pretrained' END "
-            "AS weights, corpus, text, word_rows, dtype, pack, max_length, coalesce(kept_mass::VARCHAR, 'dense') "
-            "AS kept_mass, n_examples, n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
+            "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || coalesce('; ' || "
+            "replace(regexp_replace(config, '[{}\"]', '', 'g'), ': ', '='), '') || ')' ELSE 'pretrained' END "
+            "AS weights, n_layers || ' x ' || n_heads AS shape, corpus, text, word_rows, dtype, pack, max_length, "
+            "coalesce(kept_mass || coalesce(' (max ' || max_edges || ')', ''), 'dense') AS kept_mass, n_examples, "
+            "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
         ).pl()
 
     def latest_run(self) -> str:
