@@ -26,7 +26,7 @@ from atlas.cli_options import (
 )
 from atlas.cli_tasks import TASK_COMMANDS
 from atlas.errors import AtlasError, arg, note_cli_text
-from atlas.output import emit, output_format
+from atlas.output import check_output, emit
 
 # the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text); 'runs[0]' is
 # the first of the runs compared (the CLI's --run), 'heads=False' and 'layers=False' the flags that turn them off
@@ -417,9 +417,10 @@ def query(
             raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")
         click.echo(api.describe(_entry_name(phrase)))
         return
+    shown = check_output(fmt, out)  # before the entry runs
     answer = _answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master)
     frame = answer.frame
-    if answer.runs and output_format(fmt, out) == "table" and out is None:  # run ids as letters: fits a terminal
+    if answer.runs and shown == "table" and out is None:  # run ids as letters: fits a terminal
         frame, said = answer.lettered()
         click.echo(said, err=True)
     emit(frame, fmt, out, limit)
@@ -644,6 +645,7 @@ def sql(
     Layers, heads and token and word positions are 0-based in the store; the catalogue's answers show
     layers and heads 1-based (layer-head), as the papers do. SQL may begin with '--' comments.
     """
+    check_output(fmt, out)
     relation = api.open(store_path).relation(_sql_text(statement, sql_file))
     try:
         emit(relation, fmt, out, limit)  # streamed in batches, whatever the result's size

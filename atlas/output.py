@@ -405,16 +405,25 @@ def terminal_width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
 
+def check_output(fmt: str | None, out: Path | None) -> str:
+    """The format a result will be given in (``output_format``), refused before any work where it cannot be:
+    Parquet without a file, a file that cannot be written."""
+    fmt = output_format(fmt, out)
+    if fmt == "parquet" and out is None:
+        raise AtlasError("--format parquet needs --out FILE")
+    if out is not None:
+        check_writable(out, f"--out '{out}'")
+    return fmt
+
+
 def emit(
     result: duckdb.DuckDBPyRelation | pl.DataFrame, fmt: str | None, out: Path | None, limit: int | None = None
 ) -> None:
     """Print a result (or write it to ``out``, atomically) in the format asked for or named by ``out``."""
-    fmt = output_format(fmt, out)
+    fmt = check_output(fmt, out)
     if isinstance(result, pl.DataFrame):
         result = duckdb.connect().from_arrow(result.to_arrow())
     res = Result(result if limit is None or fmt == "table" else result.limit(limit))
-    if fmt == "parquet" and out is None:
-        raise AtlasError("--format parquet needs --out FILE")
     if out is None:
         sink = sys.stdout
         if fmt == "table":
@@ -423,9 +432,7 @@ def emit(
             getattr(res, fmt)(sink)
             sink.flush()
         return
-    given = f"--out '{out}'"
-    check_writable(out, given)
-    with replacing(out, given) as tmp:
+    with replacing(out, f"--out '{out}'") as tmp:
         if fmt == "parquet":
             n = res.parquet(tmp)
         elif fmt == "table":

@@ -257,6 +257,11 @@ def test_sql_lists_and_every_format(store_dir, tmp_path):
     missing = atlas(*base, "--out", str(tmp_path / "no" / "such" / "x.csv"))
     assert missing.exit_code == 1 and f"the folder '{tmp_path / 'no' / 'such'}' does not exist" in missing.output
     assert not list(tmp_path.glob(".*.tmp"))
+    # a query's output refused before the entry runs: the one line, no title line of an answer before it
+    for given, said in ((["--format", "parquet"], "--format parquet needs --out FILE"),
+                        (["--out", str(tmp_path / "no" / "x.csv")], "does not exist")):  # fmt: skip
+        refused = atlas("query", "special tokens", "--store", str(store_dir), *given)
+        assert refused.exit_code == 1 and refused.output.count("\n") == 1 and said in refused.output, refused.output
 
 
 def test_sql_from_a_file_from_stdin_and_beginning_with_a_comment(store_dir, tmp_path):
