@@ -36,6 +36,7 @@ from atlas.ingestion.budget import Budget, budget_for
 from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
 from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
+from atlas.ingestion.repeated import Repeated, check_fits
 from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
 from atlas.ingestion.sparsify import BatchRows
 from atlas.ingestion.stages import stage, staged
@@ -462,6 +463,9 @@ def ingest(
     max_length = lm.max_positions if settings.max_length is None else settings.max_length
     if max_length > lm.max_positions:
         raise AtlasError(f"{arg('max_length', max_length)}: the model takes inputs of 3 to {lm.max_positions} pieces")
+    if corpus.fmt == "repeated":  # before the staging and the progress bar
+        model_limit = lm.name if settings.max_length is None else ""
+        check_fits(Repeated.parse(corpus.path.name), lm.tokenizer, max_length, model_limit)
     if stage is None:  # an unknown or absent device: refused before anything runs (Ray's workers find their own)
         resolve_device(settings.device)
     settings = replace(settings, max_length=max_length)

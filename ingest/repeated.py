@@ -107,19 +107,27 @@ def draw(settings: Repeated, tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
         ) from None
 
 
+def check_fits(settings: Repeated, tokenizer: PreTrainedTokenizerBase, max_length: int, model: str = "") -> None:
+    """Refuse sequences whose 2N tokens and the template's special tokens exceed ``max_length`` (``model``: the
+    model's name where ``max_length`` is its own longest input, not the one asked for)."""
+    from atlas.ingestion.template import read_template
+
+    n_special = read_template(tokenizer, decoder=False).n_special(1)
+    if 2 * settings.length + n_special > max_length:
+        longest = f"{model}'s longest input, {max_length} pieces" if model else arg("max_length", max_length)
+        raise AtlasError(
+            f"{arg('length', settings.length)}: 2 x {settings.length} tokens and the template's {n_special} special "
+            f"token(s) exceed {longest}"
+        )
+
+
 def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Iterator[AlignedSentence]:
     """The corpus's sequences as aligned sentences, one word per token; refused when 2N tokens and the
     template's special tokens exceed ``max_length``."""
     from atlas.ingestion.align import AlignedSentence, Pieces
-    from atlas.ingestion.template import read_template
 
     settings = Repeated.parse(corpus.path.name)
-    n_special = read_template(tokenizer, decoder=False).n_special(1)
-    if 2 * settings.length + n_special > max_length:
-        raise AtlasError(
-            f"{arg('length', settings.length)}: 2 x {settings.length} tokens and the template's {n_special} special "
-            f"token(s) exceed the longest input, {arg('max_length', max_length)}"
-        )
+    check_fits(settings, tokenizer, max_length)
     for k, ids in enumerate(draw(settings, tokenizer)):
         row = ids.tolist()  # a row at a time: the whole draw as Python's ints takes several times its array
         texts = [tokenizer.decode([i]) for i in row]

@@ -228,6 +228,9 @@ def test_a_repeated_run_is_found_again_without_loading_the_model(runs, monkeypat
         ({"corpus": None, "format": "repeated", "seed": 1}, "drawn with sample_seed"),
         ({"corpus": None, "format": "repeated", "sample": 3}, "sample: only a format='text' corpus is sampled"),
         ({"corpus": None, "format": "repeated", "length": 64}, "length=64: 2 x 64 tokens and the template's 1"),
+        ({"corpus": None, "format": "repeated", "length": 64}, "induction-2l's longest input, 128 pieces"),
+        ({"corpus": None, "format": "repeated", "max_length": 20}, "length=50: 2 x 50 tokens and the template's"),
+        ({"corpus": None, "format": "repeated", "max_length": 20}, "special token(s) exceed max_length=20"),
     ],
 )
 def test_repeated_options_are_checked(tmp_path, options, message):
@@ -235,6 +238,15 @@ def test_repeated_options_are_checked(tmp_path, options, message):
     with pytest.raises(AtlasError) as error:
         atlas.ingest(corpus, str(INDUCTION), tmp_path / "store", progress=False, **options)
     assert message in str(error.value)
+
+
+def test_too_long_repeated_tokens_are_refused_before_the_progress_bar(tmp_path):
+    args = ["ingest", "--format", "repeated", "--length", "64", "--model", str(INDUCTION)]
+    refused = CliRunner().invoke(cli, [*args, "--store", str(tmp_path / "s")])
+    assert refused.exit_code == 1 and refused.output.count("\n") == 1, refused.output  # no bar, no store
+    assert refused.output.endswith(f"exceed {INDUCTION}'s longest input, 128 pieces\n")
+    assert "--max-length" not in refused.output
+    assert not (tmp_path / "s").exists()
 
 
 def test_the_command_line_ingests_repeated_tokens(tmp_path):
