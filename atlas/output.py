@@ -229,9 +229,27 @@ def render_table(names: list[str], rows: list[list[str]], numeric: list[bool], w
     lines (at spaces; a word is never split), a long column name of short parts wraps onto up to three lines
     after its '_' and before its '@' (``cls_entropy_`` over ``diff@B``), and any other is cut in its middle,
     keeping its start and its end (``entropy@en…c2b1d0``) and as much more as it takes to tell it from every
-    other name; the names cut are given in full below the table. Where the columns do not fit even so, the rows
-    are printed as records instead (see ``render_records``): no column is left out and no value cut."""
+    other name; the names cut are given in full below the table. Where the columns do not fit even so, those that
+    hold one value in every row shown (of two or more) are said once above the table of the others, where that
+    fits (``n_inputs@A: 3``); else the rows are printed as records (see ``render_records``): no column is left
+    out and no value cut."""
     names = _unique(names)
+    fitted = _fitted(names, rows, numeric, width)
+    if fitted is not None:
+        return fitted
+    same = [i for i in range(len(names)) if len(rows) > 1 and len({r[i] for r in rows}) == 1]
+    rest = [i for i in range(len(names)) if i not in same]
+    if same and rest:
+        kept = [[r[i] for i in rest] for r in rows]
+        fitted = _fitted([names[i] for i in rest], kept, [numeric[i] for i in rest], width)
+        if fitted is not None:
+            said = "in every row shown: " + ", ".join(f"{names[i]}: {rows[0][i]}" for i in same)
+            return "\n".join([*_wrap(said, max(width, _SMALLEST)), fitted])
+    return render_records(names, rows, width)
+
+
+def _fitted(names: list[str], rows: list[list[str]], numeric: list[bool], width: int) -> str | None:
+    """``render_table``'s table of these columns, None where they do not fit ``width``."""
     natural = [max([len(name), *(len(r[i]) for r in rows)]) for i, name in enumerate(names)]
     room = width - 3 * len(names) - 1  # the columns' own width: the rest is borders and padding
     if sum(natural) <= room:
@@ -240,7 +258,7 @@ def render_table(names: list[str], rows: list[list[str]], numeric: list[bool], w
     while True:
         widths = _fill(natural, floors, room)
         if widths is None:
-            return render_records(names, rows, width)
+            return None
         shown = [name if _name_lines(name, w) else _short(name, w) for name, w in zip(names, widths, strict=True)]
         seen = Counter(shown)
         clashes = [i for i, short in enumerate(shown) if seen[short] > 1 and short != names[i]]

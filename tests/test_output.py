@@ -259,6 +259,24 @@ def test_headers_cut_alike_keep_characters_until_they_differ():
     assert len(set(_headers(twins))) == 2
 
 
+def test_columns_of_one_value_are_said_once_where_the_table_would_not_fit_else():
+    """A comparison of a decoder entry at 100 columns: its constant counts above a table of the rest, not records."""
+    names = ["layer", "head", "score@A", "score@B", "score_diff@B", "ceiling@A", "ceiling@B", "ceiling_diff@B",
+             "n_inputs@A", "n_inputs@B", "n_inputs_diff@B"]  # fmt: skip
+    rows = [[str(i // 4 + 1), str(i % 4 + 1), f"0.47{i}8", f"0.009{i}", f"-0.46{i}4", "0.5307", "0.5307", "0.0",
+             "10", "10", "0"] for i in range(8)]  # fmt: skip
+    numeric = [True] * len(names)
+    text = render_table(names, rows, numeric, 100)
+    lines = text.splitlines()
+    said = "in every row shown: ceiling@A: 0.5307, ceiling@B: 0.5307, ceiling_diff@B: 0.0, n_inputs@A: 10,"
+    assert lines[0] == said and lines[1] == "n_inputs@B: 10, n_inputs_diff@B: 0" and lines[2].startswith("┌")
+    assert _headers("\n".join(lines[2:])) == names[:5] and all(len(line) <= 100 for line in lines)
+    assert len(lines) == 2 + 4 + len(rows)  # the two lines, the table's borders and header, a line per row
+    assert render_table(names, rows[:1], numeric, 100).startswith("layer:")  # one row: every column is constant
+    wide = render_table(names, rows, numeric, 150)
+    assert wide.startswith("┌") and _headers(wide) == names  # it fits whole: nothing taken out
+
+
 def _catalogue() -> pl.DataFrame:
     """Like ``atlas queries``: short names, long texts."""
     words = "attention heads over dependency relations coreference sinks entropy patterns".split()
