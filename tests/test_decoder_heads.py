@@ -304,3 +304,18 @@ def test_runs_compare_and_the_figure_is_the_heads_heatmap(sample_runs):
     fig = figure(resolve("induction heads"), frame)
     (image,) = [image for ax in fig.axes for image in ax.get_images()]
     np.testing.assert_allclose(np.asarray(image.get_array()), grid(frame))
+
+
+def test_the_bos_row_of_a_decoder_is_said_to_be_no_heads_doing(sample_runs, dense_store):
+    """A decoder's BOS row sees only itself: its entropy and [CLS]-by-feature answers are the same in every head,
+    and a note says so; an encoder's [CLS] row gets no such note."""
+    st, _, _, dense = sample_runs
+    said = f"note: run {dense} is a decoder's: its BOS row attends only to itself, so "
+    for entry, column in (("entropy", "cls_entropy"), ("cls attention by feature", "cls")):
+        answer = st.answer(entry, run=dense)
+        assert any(note.startswith(said) for note in answer.notes), answer.notes
+        assert answer.frame[column].n_unique() == 1  # the same in every head
+    store, run = dense_store
+    with atlas.open(store.root) as encoder:
+        for entry in ("entropy", "cls attention by feature"):
+            assert not any("BOS row" in note for note in encoder.answer(entry, run=run).notes)
