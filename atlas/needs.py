@@ -44,6 +44,13 @@ PARSED = Need(
     "text or GLUE corpus, which spaCy parses)",
 )
 
+# entries that read the [CLS] row: in a decoder the BOS row attends only to itself (causal attention), in every head
+BOS_ROW = Need(
+    "SELECT (NOT EXISTS (SELECT 1 FROM tokens WHERE run_id = $run AND role = 'bos'))::INTEGER",
+    "run {run} is a decoder's: its BOS row attends only to itself, the same in every head, not what the head does",
+    fatal=False,
+)
+
 # the needs several entries share, by the name a header gives them (``-- needs: roles stored``); whether one
 # refuses the entry or is a note is the header's choice (``needs:`` or ``notes:``), and its ``else:`` text,
 # when given, follows the message after ': '
@@ -52,4 +59,5 @@ SHARED: dict[str, Need] = {
     "dependency relations": PARSED,
     "cls or bos token": _lacking(("cls", "bos")),
     "sep or eos token": _lacking(("sep", "eos")),
+    "no bos row": BOS_ROW,
 }

@@ -20,9 +20,8 @@
 --   else: there is no [CLS] row, the answer is empty
 -- notes: sep or eos token
 --   else: sep is empty
--- notes: SELECT (NOT EXISTS (SELECT 1 FROM tokens WHERE run_id = $run AND role = 'bos'))::INTEGER
---   else: run {run} is a decoder's: its BOS row attends only to itself, so cls is 1 and every other kind 0
---   in every head, not what the head does
+-- notes: no bos row
+--   else: cls is 1 and every other kind 0
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
 -- labels:
 --   cls: [CLS]

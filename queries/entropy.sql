@@ -18,9 +18,8 @@
 -- needs: roles stored
 -- notes: cls or bos token
 --   else: cls_entropy is empty
--- notes: SELECT (NOT EXISTS (SELECT 1 FROM tokens WHERE run_id = $run AND role = 'bos'))::INTEGER
---   else: run {run} is a decoder's: its BOS row attends only to itself, so cls_entropy is the smoothing's
---   alone (about 0.001 nats), the same in every head, not what the head does
+-- notes: no bos row
+--   else: cls_entropy is the smoothing's alone (about 0.001 nats)
 -- plot: layers entropy cls_entropy
 -- labels:
 --   entropy: every token's attention

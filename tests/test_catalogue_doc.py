@@ -95,7 +95,9 @@ def test_needs_are_checked_by_the_entry_or_its_name(empty_store):
 def test_shared_needs_are_named_by_the_headers():
     entry = resolve("cls attention by feature")
     assert entry.needs[0] == ROLES_STORED
-    assert [n.fatal for n in entry.needs] == [True, False, False]
+    assert [n.fatal for n in entry.needs] == [True, False, False, False]
+    assert entry.needs[3].sql == SHARED["no bos row"].sql
+    assert entry.needs[3].message.endswith("not what the head does: cls is 1 and every other kind 0")
     assert entry.needs[1].sql == SHARED["cls or bos token"].sql
     tail = "(its tokenizer adds none, e.g. a decoder's): there is no [CLS] row, the answer is empty"
     assert entry.needs[1].message.endswith(tail)

@@ -310,7 +310,7 @@ def test_the_bos_row_of_a_decoder_is_said_to_be_no_heads_doing(sample_runs, dens
     """A decoder's BOS row sees only itself: its entropy and [CLS]-by-feature answers are the same in every head,
     and a note says so; an encoder's [CLS] row gets no such note."""
     st, _, _, dense = sample_runs
-    said = f"note: run {dense} is a decoder's: its BOS row attends only to itself, so "
+    said = f"note: run {dense} is a decoder's: its BOS row attends only to itself, the same in every head, not"
     for entry, column in (("entropy", "cls_entropy"), ("cls attention by feature", "cls")):
         answer = st.answer(entry, run=dense)
         assert any(note.startswith(said) for note in answer.notes), answer.notes
