@@ -301,8 +301,8 @@ def ingest(
             f"{result.n_unknown:,} of the {result.n_tokens:,} pieces ({share:.1%}) are the tokenizer's unknown token: "
             "the model reads no more of their text than that it is unknown"
         )
-    if result.dropped is not None:
-        click.echo(f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {api.dropped_text(result.dropped)}")
+    if result.dropped_text is not None:
+        click.echo(f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {result.dropped_text}")
     if result.n_cut is not None:
         click.echo(
             f"{result.n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "

@@ -22,6 +22,7 @@ heads are 1-based wherever a catalogue answer shows them (``query``, ``plot``, `
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import re
@@ -43,8 +44,7 @@ from atlas.catalogue import RUN_PARAMS, Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
 from atlas.errors import AtlasError, api_text, arg
 from atlas.files import check_folders_above, writing_to
-from atlas.ingestion.corpus_info import check_file
-from atlas.ingestion.corpus_info import dropped_text as dropped_text  # FrameNet's filters, for the CLI
+from atlas.ingestion.corpus_info import check_file, dropped_text
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.ingestion.run_id import number_text
@@ -202,13 +202,19 @@ class Atlas:
             if not self.store.exists() and not self.store.staging.is_dir():
                 raise AtlasError(f"{self.store.named}: no store here (run 'atlas ingest' first)")
             return pl.DataFrame({"unfinished_run": self.store.unfinished_runs()}, schema={"unfinished_run": pl.Utf8})
-        return self.connection.sql(
-            "SELECT run_id, model, CASE WHEN random_init THEN 'random (seed ' || seed || coalesce('; ' || "
-            "replace(regexp_replace(config, '[{}\"]', '', 'g'), ': ', '='), '') || ')' ELSE 'pretrained' END "
-            "AS weights, n_layers || ' x ' || n_heads AS shape, corpus, text, word_rows, dtype, pack, max_length, "
-            "coalesce(kept_mass || coalesce(' (max ' || max_edges || ')', ''), 'dense') AS kept_mass, n_examples, "
-            "n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
+        from atlas.model.identity import overrides_text
+
+        def weights(random_init: bool, seed: int, config: str | None) -> str:
+            overrides = f"; {overrides_text(json.loads(config))}" if config else ""
+            return f"random (seed {seed}{overrides})" if random_init else "pretrained"
+
+        runs = self.connection.sql(
+            "SELECT run_id, model, random_init, seed, config, n_layers || ' x ' || n_heads AS shape, corpus, text, "
+            "word_rows, dtype, pack, max_length, coalesce(kept_mass || coalesce(' (max ' || max_edges || ')', ''), "
+            "'dense') AS kept_mass, n_examples, n_skipped, n_edges, created_at FROM runs ORDER BY created_at"
         ).pl()
+        shown = [weights(*row) for row in runs.select("random_init", "seed", "config").rows()]
+        return runs.drop("random_init", "seed", "config").insert_column(2, pl.Series("weights", shown, pl.Utf8))
 
     def latest_run(self) -> str:
         return self.store.latest_run(self.connection)
@@ -674,7 +680,14 @@ class Ingested:
     # framenet: the exemplar sentences Kovaleva et al.'s filters dropped, (reason, count) in the filters' order
     dropped: tuple[tuple[str, int], ...] | None = None
     n_tokens: int = 0  # pieces stored, special tokens included
-    n_unknown: int | None = None  # of them, the tokenizer's unknown token (text it has no piece for); None: it has none
+    # of them, the words' pieces that are the tokenizer's unknown token (text it has no piece for); None: for a run
+    # already present, and for a tokenizer without an unknown token of its own
+    n_unknown: int | None = None
+
+    @property
+    def dropped_text(self) -> str | None:
+        """``dropped`` as the command line says it ('80 dropped: 58 more than 12 tokens, ...')."""
+        return None if self.dropped is None else dropped_text(self.dropped)
 
 
 @checks.typed
@@ -797,7 +810,7 @@ def ingest(
     if format == "framenet" and not result.already_present:
         done = Ingested(**{**done.__dict__, "dropped": checked.dropped})
     if not result.already_present:
-        done = _with_unknown(done, target, lm.tokenizer.unk_token_id)
+        done = _with_unknown(done, target, lm.tokenizer)
     if format != "text" or result.already_present:
         return done
     cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
@@ -807,9 +820,13 @@ def ingest(
     return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
 
 
-def _with_unknown(done: Ingested, target: Store, unknown: int | None) -> Ingested:
-    """``done`` with the run's pieces counted, and those that are the tokenizer's unknown token."""
-    counted = "NULL" if unknown is None else f"count(*) FILTER (WHERE piece_id = {int(unknown)})"
+def _with_unknown(done: Ingested, target: Store, tokenizer: object) -> Ingested:
+    """``done`` with the run's pieces counted, and those of its words that are the tokenizer's unknown token (not
+    counted where the unknown token is also its bos, eos, cls or sep: GPT-2's <|endoftext|>)."""
+    unknown = getattr(tokenizer, "unk_token_id", None)
+    others = {getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "cls", "sep")}
+    counted = f"count(*) FILTER (WHERE special IS NULL AND piece_id = {int(unknown or 0)})"
+    counted = "NULL" if unknown is None or unknown in others else counted
     with Atlas(target) as st:
         sql = f"SELECT count(*), {counted} FROM tokens WHERE run_id = ?"
         n_tokens, n_unknown = st.connection.execute(sql, [done.run_id]).fetchone()

@@ -22,15 +22,17 @@ Done = TypeVar("Done")
 def _noted(call: Callable[..., Done], *args: object, **kwargs: object) -> Done:
     """``call``'s result, its notes (the API's ``AtlasNote`` warnings) said once on stderr in the command line's
     words; other warnings go on as they came."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", AtlasNote)
-        done = call(*args, **kwargs)
-    for said in caught:
-        if isinstance(said.message, AtlasNote):
-            click.echo(note_cli_text(said.message.note), err=True)
-        else:
-            warnings.warn_explicit(said.message, said.category, said.filename, said.lineno, source=said.source)
-    return done
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", AtlasNote)
+            return call(*args, **kwargs)
+    finally:  # said also where the call fails, after the recording ends (a warning passed on is shown)
+        for said in caught:
+            if isinstance(said.message, AtlasNote):
+                click.echo(note_cli_text(said.message.note), err=True)
+            else:
+                warnings.warn_explicit(said.message, said.category, said.filename, said.lineno, source=said.source)
 
 
 task_option = click.option("--task", required=True, help="SST-2, MRPC, RTE, STS-B, QQP, QNLI or MNLI.")

@@ -94,6 +94,6 @@ def check_corpus(
     n = sum(1 for _ in sentences)
     dropped = tuple((reason, counts[reason]) for reason in REASONS if counts[reason])
     if n == 0:
-        kept = f" that passes Kovaleva et al.'s filters ({dropped_text(dropped)})" if fmt == "framenet" else ""
-        raise AtlasError(f"{path}: the corpus holds no sentence{kept}")
+        kept = f" that passes Kovaleva et al.'s filters ({dropped_text(dropped)})" if dropped else ""
+        raise AtlasError(f"{path}: the corpus holds no {'exemplar ' if fmt == 'framenet' else ''}sentence{kept}")
     return CorpusInfo(path, sha256_of(path), n, fmt, task, dropped=dropped)

@@ -230,14 +230,17 @@ def _from_hub(spec: TaskSpec, name: str, split: str) -> Examples:
     if spec.labels is None:
         labels = np.array(ds["label"], dtype=np.float32)
     else:  # the hub names the classes otherwise (SST-2: negative, positive) and may order them otherwise (MNLI)
-        classes = spec.label_names or spec.labels
-        names = getattr(ds.features["label"], "names", None) or list(classes)
-        if sorted(names) != sorted(classes):
-            raise AtlasError(
-                f"{arg('data', repr(str(name)))}: labels {names} do not match {spec.name}'s {list(classes)}"
-            )
-        order = np.array([classes.index(n) for n in names], dtype=np.int64)
-        raw = np.asarray(ds["label"], dtype=np.int64)
+        names = getattr(ds.features["label"], "names", None) or list(spec.labels)
+        wanted = [_class_name(spec, str(n)) for n in names]
+        if sorted(wanted) != sorted(spec.labels):
+            classes = list(spec.label_names or spec.labels)
+            raise AtlasError(f"{arg('data', repr(str(name)))}: labels {names} do not match {spec.name}'s {classes}")
+        order = np.array([spec.labels.index(w) for w in wanted], dtype=np.int64)
+        try:
+            raw = np.asarray(ds["label"], dtype=np.int64)
+        except (TypeError, ValueError):
+            given = arg("data", repr(str(name)))
+            raise AtlasError(f"{given}: {spec.hub}/{hub_split}'s labels are not class numbers") from None
         if len(raw) and not (0 <= raw.min() and raw.max() < len(names)):  # -1: a test split's missing label
             raise AtlasError(f"{arg('data', repr(str(name)))}: {spec.hub}/{hub_split} has unlabelled examples")
         labels = order[raw]

@@ -191,7 +191,7 @@ def test_config_overrides_shape_a_random_model(tmp_path, corpus):
     st = atlas.open(store)
     assert st.sql("SELECT n_layers, n_heads, dtype FROM runs").rows() == [(2, 4, "float32")]
     shown = st.runs().select("weights", "shape", "kept_mass").rows()  # what tells it from the default shape's run
-    assert shown == [("random (seed 0; num_attention_heads=4, num_hidden_layers=2)", "2 x 4", "0.9 (max 6)")]
+    assert shown == [("random (seed 0; num_attention_heads=4 num_hidden_layers=2)", "2 x 4", "0.9 (max 6)")]
     assert ingest_cli(*args).output.startswith(f"run {run_id} is already in")
     overrides = {"num_hidden_layers": 2, "num_attention_heads": 4}
     assert config_overrides(TINY[:2]) == overrides

@@ -130,10 +130,22 @@ def test_frame_definitions_found_or_one_line_error(tmp_path):
 def test_a_file_whose_exemplars_the_filters_all_drop():
     lu = next(f for f in sorted(LU.glob("lu*.xml")) if not list(read_framenet(f)))
     reasons = Counter(rejection(ex) for ex in _exemplars(lu.name).values())
-    with pytest.raises(AtlasError, match=r"holds no sentence that passes Kovaleva et al.'s filters") as info:
+    with pytest.raises(AtlasError, match=r"holds no exemplar sentence that passes Kovaleva et al.'s filters") as info:
         check_corpus(lu, "framenet")
     said = ", ".join(f"{reasons[r]} {r}" for r in REASONS if reasons[r])  # in the filters' order
     assert str(info.value).endswith(f"filters ({reasons.total()} dropped: {said})")
+
+
+def test_a_corpus_without_annotated_sentences_is_not_said_to_be_filtered(tmp_path):
+    (tmp_path / "lu").mkdir()
+    shutil.copytree(SAMPLE / "frame", tmp_path / "frame")
+    root = ET.fromstring((LU / "lu8776.xml").read_bytes())
+    for parent in list(root.iter()):
+        for child in [c for c in parent if c.tag == f"{NS}sentence"]:
+            parent.remove(child)
+    (tmp_path / "lu" / "lu8776.xml").write_bytes(ET.tostring(root))
+    with pytest.raises(AtlasError, match=r"lu: the corpus holds no exemplar sentence$"):
+        check_corpus(tmp_path / "lu", "framenet")
 
 
 def test_the_sentences_each_filter_drops_are_counted_in_the_filters_order(tmp_path):

@@ -134,7 +134,8 @@ def test_entropy_of_the_cls_or_bos_row(runs, name):
         assert df["cls_entropy"].null_count() == len(df) > 0
         assert any("no special token of role cls or bos" in n for n in notes)
         return
-    assert not notes
+    said = [n for n in notes if "is a decoder's: its BOS row attends only to itself" in n]
+    assert len(said) == (name == "llama") == len(notes)  # the decoder's BOS row: a note, nothing else
     per_input = []
     for attn, roles, *_ in inputs:
         first = roles.index("cls" if name == "roberta" else "bos")
@@ -167,6 +168,7 @@ def test_feature_and_cls_attention_by_role(runs, name):
     if name == "llama":  # the BOS row sees only itself; no separator: sep empty, with a note
         np.testing.assert_allclose(df["cls"].to_numpy(), 1.0, atol=1e-6)
         assert df["sep"].null_count() == len(df) and any("role sep or eos" in n for n in notes)
+        assert any("its BOS row attends only to itself" in n for n in notes)
 
 
 def test_a_run_without_roles_is_refused_in_one_line(runs, tmp_path):

@@ -583,6 +583,22 @@ def test_a_hub_data_set_is_read_with_the_tsv_files_class_numbers(monkeypatch, ta
         load_split(spec, "glue", "dev")
 
 
+def test_a_hub_data_set_whose_classes_the_tsv_files_name_is_read_too(monkeypatch):
+    """A copy on the hub that names SST-2's classes as its files do ('0', '1') is read; labels that are no class
+    numbers are refused in one line."""
+    import datasets
+
+    monkeypatch.setattr("atlas.model.identity.hub_unreachable", lambda: None)
+    features = datasets.Features({"sentence": datasets.Value("string"), "label": datasets.ClassLabel(names=["0", "1"])})
+    hub = datasets.Dataset.from_dict({"sentence": ["a", "b", "c"], "label": [1, 0, 1]}, features=features)
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: hub)
+    assert load_split(task_spec("SST-2"), "someone/sst2", "dev").labels.tolist() == [1, 0, 1]
+    words = datasets.Dataset.from_dict({"sentence": ["a"], "label": ["positive"]})
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kw: words)
+    with pytest.raises(AtlasError, match=r"^data='someone/sst2': sst2/validation's labels are not class numbers$"):
+        load_split(task_spec("SST-2"), "someone/sst2", "dev")
+
+
 def test_task_errors_are_one_line(tiny, tmp_path):
     runner = CliRunner()
     for args, message in [

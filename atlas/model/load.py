@@ -94,6 +94,7 @@ def load_model(
         config = read_config(source, config_overrides, shown)
         check_family(config, given)
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
+        _check_tokenizer(tokenizer, given)  # before the weights load
         if config_overrides:
             _check_shape(config, len(tokenizer), config_overrides, shown)
         torch.manual_seed(seed)
@@ -129,10 +130,6 @@ def load_model(
                 f"({unreachable})"
             ) from None
         raise AtlasError(f"{given}: cannot load it ({first})") from None
-    if not tokenizer.is_fast:
-        raise AtlasError(f"{given}: a fast tokenizer is required")
-    if tokenizer.vocab_size == 0:  # AutoTokenizer makes an empty one of a folder without tokenizer files
-        raise AtlasError(f"{given}: no tokenizer files (tokenizer.json, or its tokenizer's vocabulary files)")
     prepare(model)
     model.eval()
     return LoadedModel(
@@ -151,6 +148,13 @@ def load_model(
         config_overrides=dict(config_overrides),
         fresh_weights=fresh,
     )
+
+
+def _check_tokenizer(tokenizer: transformers.PreTrainedTokenizerBase, given: str) -> None:
+    if not tokenizer.is_fast:
+        raise AtlasError(f"{given}: a fast tokenizer is required")
+    if tokenizer.vocab_size == 0:  # AutoTokenizer makes an empty one of a folder without tokenizer files
+        raise AtlasError(f"{given}: no tokenizer files (tokenizer.json, or its tokenizer's vocabulary files)")
 
 
 def _check_shape(config: transformers.PretrainedConfig, pieces: int, overrides: dict[str, object], shown: str) -> None:
