@@ -26,7 +26,6 @@ import json
 import math
 import os
 import re
-import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from tqdm import tqdm
 from atlas import checks
 from atlas.catalogue import RUN_PARAMS, Entry, choose, entries, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
-from atlas.errors import AtlasError, api_text, arg
+from atlas.errors import AtlasError, AtlasNote, api_text, arg, caller_level, warn_notes
 from atlas.files import check_folders_above, writing_to
 from atlas.ingestion.corpus_info import check_file, dropped_text
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
@@ -73,15 +72,6 @@ POLARS_DERIVED = {
 }  # fmt: skip
 
 
-class AtlasNote(UserWarning):
-    """Said beside an answer that is computed but differs from the paper's setting (the CLI prints it on
-    stderr); ``note``: the note as its API gives it (``errors.Note``: with the command line's words too)."""
-
-    def __init__(self, text: str, note: str | None = None) -> None:
-        super().__init__(text)
-        self.note = text if note is None else note
-
-
 @checks.typed
 def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     """The store at ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store), named in errors as given:
@@ -92,7 +82,14 @@ def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     if given and is_uri(given):
         named = store_named(given, from_env=path is None)
         raise AtlasError(f"{named}: a URI; only the catalogue on Spark reads a store there (docs/cluster.md)")
-    return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
+    root = Path(path or env or "atlas-store")
+    if pattern := sorted(set("[]*?") & set(str(root.absolute()))):
+        named = store_named(str(root), from_env=path is None and bool(env))
+        characters = " and ".join(f"'{c}'" for c in pattern)
+        raise AtlasError(
+            f"{named}: its path holds {characters}, which DuckDB reads as a file pattern: rename or move the folder"
+        )
+    return Store(root, from_env=path is None and bool(env))
 
 
 @checks.typed
@@ -468,6 +465,12 @@ class Atlas:
             raise AtlasError(f"sql: expected one statement, found {len(parsed)}")
         if parsed[0].type != duckdb.StatementType.SELECT:
             raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {_kind(parsed[0])}")
+        if parsed[0].named_parameters:  # an entry's SQL as --describe prints it binds $run, ...
+            names = ", ".join(f"${name}" if not name.isdigit() else "?" for name in sorted(parsed[0].named_parameters))
+            raise AtlasError(
+                f"sql: the statement has parameters ({names}), none of them bound here: write their values in it, "
+                "run the entry ('atlas query NAME'), or call its macro in the DuckDB shell (FROM entropy(run := '...'))"
+            )
         try:
             return con.sql(text)
         except duckdb.Error as exc:
@@ -618,12 +621,19 @@ def answer_on_spark(
     or any URI Spark reads (s3a://, hdfs://; default as ``open``: $ATLAS_STORE, which may be a URI too), read on
     this process's SparkSession, else on a new one on ``master``. Needs pyspark (pip install
     'attention-atlas[spark]')."""
-    from atlas.spark import EnvURI, answer, session
+    from atlas.spark import EnvURI, answer, require_pyspark, session
 
+    require_pyspark()
     entry = _chosen(name)
     _not_empty(run)
     env = os.environ.get("ATLAS_STORE") or ""
     where = store if store is not None else EnvURI(env) if is_uri(env) else store_at()
+    # what needs no Spark is checked before its Java starts (seconds): the parameters, a store on this machine
+    values = {key: _parameter_text(value) for key, value in params.items()}
+    entry.bind(values | ({"run": run or "latest"} if "run" in {p.name for p in entry.parameters} else {}))
+    local = where if isinstance(where, Store) else None if is_uri(os.fspath(where)) else store_at(where)
+    if local is not None and not any(local.data.glob("*/runs/*.parquet")):
+        raise AtlasError(f"{local.named}: no store here (no data/*/runs/*.parquet)")
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
 
@@ -645,23 +655,8 @@ def _chosen(name: str) -> Entry:
     """The entry ``name`` names; where close words chose it, an ``AtlasNote`` says which."""
     entry, said = choose(name)
     if said is not None:
-        warnings.warn(api_text(said), AtlasNote, stacklevel=_caller())
+        warnings.warn(api_text(said), AtlasNote, stacklevel=caller_level())
     return entry
-
-
-def _caller() -> int:
-    """The ``stacklevel`` that points a warning issued by the function calling this at the first frame outside atlas
-    (the user's line, however many of atlas's own calls and checks lie between)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "atlas":
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def warn_notes(notes: Sequence[str]) -> None:
-    """Each note as an ``AtlasNote`` warning pointing at the caller's line."""
-    for note in notes:
-        warnings.warn(AtlasNote(note.removeprefix("note: "), note), stacklevel=_caller())
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ command line's words (a catalogue entry's refusal or need: ``run 'atlas distance
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import sys
+import warnings
+from collections.abc import Mapping, Sequence
 
 _OPEN, _MID, _CLOSE = "\ue000", "\ue001", "\ue002"  # private-use characters around a parameter's name and value
 _ARG = re.compile(f"{_OPEN}([^{_MID}]*){_MID}([^{_CLOSE}]*){_CLOSE}")
@@ -154,3 +156,27 @@ class AtlasError(Exception):
         """The message with each parameter named as the CLI's option (``flags``: API name -> option, where the
         option is not ``--`` and the name with dashes)."""
         return cli_words(super().__str__(), flags)
+
+
+class AtlasNote(UserWarning):
+    """Said beside an answer that is computed but differs from the paper's setting (the CLI prints it on
+    stderr); ``note``: the note as its API gives it (``errors.Note``: with the command line's words too)."""
+
+    def __init__(self, text: str, note: str | None = None) -> None:
+        super().__init__(text)
+        self.note = text if note is None else note
+
+
+def caller_level() -> int:
+    """The ``stacklevel`` that points a warning issued by the function calling this at the first frame outside atlas
+    (the user's line, however many of atlas's own calls and checks lie between)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == "atlas":
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def warn_notes(notes: Sequence[str]) -> None:
+    """Each note as an ``AtlasNote`` warning pointing at the caller's line."""
+    for note in notes:
+        warnings.warn(AtlasNote(note.removeprefix("note: "), note), stacklevel=caller_level())

@@ -52,8 +52,13 @@ _HEADER_LINES = 3  # a column name wraps onto at most this many lines (after '_'
 
 
 def output_format(fmt: str | None, out: Path | None) -> str:
-    """The format asked for, else the one the --out file's name says (x.csv, x.json, x.parquet), else a table."""
+    """The format asked for, else the one the --out file's name says (x.csv, x.json, x.parquet, x.txt), else (no
+    --out) a table; an --out whose name says none is refused without --format (a text table of rounded numbers
+    written to 'x.pq' or 'x.tsv' would pass for the data)."""
     named = SUFFIXES.get(out.suffix.lower()) if out is not None else None
+    if fmt is None and out is not None and named is None:
+        endings = ", ".join(SUFFIXES)
+        raise AtlasError(f"--out '{out}': the name ends in none of {endings}; name one, or give --format")
     if fmt is None:
         return named or "table"
     if named is not None and named != fmt:

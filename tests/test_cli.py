@@ -147,6 +147,31 @@ def test_sql_names_the_statement_it_refuses(store_dir, statement, word):
     assert result.output.strip() == f"Error: sql: only read-only SELECT statements are accepted, not {word}"
 
 
+def test_sql_with_parameters_and_outputs_that_would_pass_for_the_data_are_refused(store_dir, tmp_path):
+    """An entry's SQL as --describe prints it binds $run: said so, not DuckDB's 'Unexpected prepared parameter';
+    an --out named x.pq or x.tsv would have been a text table of rounded numbers."""
+    described = atlas("query", "entropy", "--describe").stdout
+    result = atlas("sql", described, "--store", str(store_dir))
+    assert result.exit_code == 1 and result.output.startswith("Error: sql: the statement has parameters ($run), none")
+    for name in ("x.pq", "x.tsv", "x"):
+        out = tmp_path / name
+        result = atlas("sql", "SELECT 1 AS a", "--store", str(store_dir), "--out", str(out))
+        said = f"Error: --out '{out}': the name ends in none of .csv, .json, .parquet, .txt; name one, or give --format"
+        assert result.output == said + "\n" and not out.exists()
+    tsv = ["--out", str(tmp_path / "x.tsv"), "--format", "csv"]
+    result = atlas("sql", "SELECT 1 AS a", "--store", str(store_dir), *tsv)
+    assert result.exit_code == 0 and (tmp_path / "x.tsv").read_text().splitlines() == ["a", "1"]
+
+
+def test_a_store_whose_path_duckdb_reads_as_a_pattern_is_refused(tmp_path):
+    store = tmp_path / "runs[1]" / "store"
+    for args in (["query", "entropy"], ["ingest", "--corpus", str(EWT_SAMPLE)], ["runs"]):
+        result = atlas(*args, "--store", str(store))
+        assert result.output == f"Error: --store '{store}': its path holds '[' and ']', which DuckDB reads as a file " \
+            "pattern: rename or move the folder\n", result.output  # fmt: skip
+    assert not (tmp_path / "runs[1]").exists()
+
+
 def test_sql_select_and_formats(store_dir, tmp_path):
     result = atlas(
         "sql",

@@ -213,6 +213,8 @@ def test_a_store_spark_cannot_read_is_refused_in_one_line(spark, uri, cause):
 def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
     """In a process of its own: this one's session is running, and a running session is taken as it is."""
     code = "from atlas.cli import main; main()"
+    (tmp_path / "data" / "r" / "runs").mkdir(parents=True)  # a store's files, as far as is checked before Spark
+    (tmp_path / "data" / "r" / "runs" / "part-00000.parquet").touch()
     args = ["query", "entropy", "--engine", "spark", "--spark-master", "bogus://x", "--store", str(tmp_path)]
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # a scheme no cluster manager has
@@ -323,6 +325,20 @@ def test_query_returns_a_spark_dataframe(store, spark):
         atlas.spark.query(spark, root, "entropy", run="nope")
     with pytest.raises(AtlasError, match="expected a whole number"):
         atlas.spark.query(spark, root, BEST, min_count="many")
+    with pytest.warns(atlas.AtlasNote, match=r"is sparse: the scores count its kept edges only"):  # as on DuckDB
+        atlas.spark.query(spark, root, "induction heads", run=runs["sparse"])
+    assert atlas.spark.entry_sql("entropy") == atlas.spark.entry_sql(resolve("entropy"))  # by name, or the entry
+
+
+def test_what_needs_no_spark_is_refused_before_it_starts(store, monkeypatch, tmp_path):
+    root, runs = store
+    monkeypatch.setattr("atlas.spark.session", lambda *args: pytest.fail("Spark was started"))
+    with pytest.raises(AtlasError, match=r"^foo: 'entropy' has no such parameter"):
+        atlas.api.answer_on_spark("entropy", root, foo=1)
+    with pytest.raises(AtlasError, match=r"^min_count=many: expected a whole number"):
+        atlas.api.answer_on_spark(BEST, root, min_count="many")
+    with pytest.raises(AtlasError, match=rf"^store='{tmp_path}': no store here \(no data/\*/runs/\*.parquet\)$"):
+        atlas.api.answer_on_spark("entropy", tmp_path)
 
 
 def test_the_cli_prints_the_same_table_on_spark(store, spark):

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from atlas.catalogue import REFUSAL, RUN_PARAMS, Entry, refusal_line, resolve
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, arg, warn_notes
 from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
@@ -189,8 +189,11 @@ def answer(
 def query(
     spark: SparkSession, store: str | os.PathLike[str], name: str, /, run: str | None = None, **params: object
 ) -> DataFrame:
-    """The answer of a catalogue entry as a Spark DataFrame (see ``answer``; the notes are not said)."""
-    return answer(spark, store, name, run, **params).frame
+    """The answer of a catalogue entry as a Spark DataFrame (see ``answer``); its notes are issued as ``AtlasNote``
+    warnings, as ``Atlas.query`` issues them."""
+    found = answer(spark, store, name, run, **params)
+    warn_notes(found.notes)
+    return found.frame
 
 
 def collect(entry: Entry, frame: DataFrame, params: dict[str, object]) -> pl.DataFrame:

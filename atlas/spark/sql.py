@@ -20,7 +20,7 @@ from functools import cache
 import sqlglot
 from sqlglot import exp
 
-from atlas.catalogue import Entry
+from atlas.catalogue import Entry, resolve
 from atlas.errors import AtlasError
 
 # DuckDB functions sqlglot passes through by name, and Spark's function of the same meaning
@@ -87,9 +87,14 @@ def translate(text: str, where: str = "SQL") -> SparkSQL:
     return SparkSQL(sql, names)
 
 
+def entry_sql(entry: Entry | str) -> SparkSQL:
+    """The Spark SQL of a catalogue entry (an ``Entry``, or its name or alias, as ``atlas.catalogue.resolve`` takes
+    it), from its SQL file."""
+    return _translated(resolve(entry) if isinstance(entry, str) else entry)
+
+
 @cache
-def entry_sql(entry: Entry) -> SparkSQL:
-    """The Spark SQL of a catalogue entry, from its SQL file."""
+def _translated(entry: Entry) -> SparkSQL:
     return translate(entry.sql, entry.path.name)
 
 
