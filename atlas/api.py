@@ -82,14 +82,7 @@ def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     if given and is_uri(given):
         named = store_named(given, from_env=path is None)
         raise AtlasError(f"{named}: a URI; only the catalogue on Spark reads a store there (docs/cluster.md)")
-    root = Path(path or env or "atlas-store")
-    if pattern := sorted(set("[]*?") & set(str(root.absolute()))):
-        named = store_named(str(root), from_env=path is None and bool(env))
-        characters = " and ".join(f"'{c}'" for c in pattern)
-        raise AtlasError(
-            f"{named}: its path holds {characters}, which DuckDB reads as a file pattern: rename or move the folder"
-        )
-    return Store(root, from_env=path is None and bool(env))
+    return Store(Path(path or env or "atlas-store"), from_env=path is None and bool(env))
 
 
 @checks.typed
@@ -279,11 +272,7 @@ class Atlas:
             return self._compare(entry, run, list(runs), params)
         values = {key: _parameter_text(value) for key, value in params.items()}
         takes = {p.name for p in entry.parameters}
-        if run is not None and "run" not in takes:
-            raise AtlasError(
-                f"{arg('run')}: '{entry.name}' takes no run (parameters: {', '.join(sorted(takes)) or 'none'})"
-            )
-        if "run" in takes:
+        if entry.takes_run(run):
             values["run"] = run or values.get("run") or self.latest_run()
         for key, value in values.items():
             if key in RUN_PARAMS and key in takes and value:
@@ -466,7 +455,8 @@ class Atlas:
         if parsed[0].type != duckdb.StatementType.SELECT:
             raise AtlasError(f"sql: only read-only SELECT statements are accepted, not {_kind(parsed[0])}")
         if parsed[0].named_parameters:  # an entry's SQL as --describe prints it binds $run, ...
-            names = ", ".join(f"${name}" if not name.isdigit() else "?" for name in sorted(parsed[0].named_parameters))
+            given = sorted(parsed[0].named_parameters, key=lambda n: (n.isdigit(), n.zfill(9)))  # $run, then $1, $2
+            names = ", ".join(f"${n}" for n in given)
             raise AtlasError(
                 f"sql: the statement has parameters ({names}), none of them bound here: write their values in it, "
                 "run the entry ('atlas query NAME'), or call its macro in the DuckDB shell (FROM entropy(run := '...'))"
@@ -630,10 +620,12 @@ def answer_on_spark(
     where = store if store is not None else EnvURI(env) if is_uri(env) else store_at()
     # what needs no Spark is checked before its Java starts (seconds): the parameters, a store on this machine
     values = {key: _parameter_text(value) for key, value in params.items()}
-    entry.bind(values | ({"run": run or "latest"} if "run" in {p.name for p in entry.parameters} else {}))
+    entry.bind(values | ({"run": run or "latest"} if entry.takes_run(run) else {}))
     local = where if isinstance(where, Store) else None if is_uri(os.fspath(where)) else store_at(where)
-    if local is not None and not any(local.data.glob("*/runs/*.parquet")):
-        raise AtlasError(f"{local.named}: no store here (no data/*/runs/*.parquet)")
+    if local is not None:
+        local.check_path()
+        if not any(local.data.glob("*/runs/*.parquet")):
+            raise AtlasError(f"{local.named}: no store here (no data/*/runs/*.parquet)")
     found = answer(session(master), where, entry.name, run, **params)
     return Answer(entry, found.collect(), found.title, found.notes)
 

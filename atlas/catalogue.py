@@ -113,6 +113,14 @@ class Entry:
         column = column.split("@")[0]
         return dict(self.labels).get(column, column.replace("_", " "))
 
+    def takes_run(self, run: str | None) -> bool:
+        """Whether the entry takes a run; a run given to one that takes none is refused."""
+        takes = {p.name for p in self.parameters}
+        if run is not None and "run" not in takes:
+            listed = ", ".join(sorted(takes)) or "none"
+            raise AtlasError(f"{arg('run')}: '{self.name}' takes no run (parameters: {listed})")
+        return "run" in takes
+
     def bind(self, values: dict[str, str]) -> dict[str, object]:
         """Parameter values for DuckDB: given ones converted to the default's type, else defaults."""
         known = {p.name for p in self.parameters}

@@ -71,7 +71,7 @@ file_format_option = click.option(
     "fmt",
     type=click.Choice(FORMATS),
     default=None,
-    help="[default: the --out file's suffix (.csv, .json, .parquet), else table]",
+    help="[default: the --out file's suffix (.csv, .json, .parquet, .txt: table; another is refused), else table]",
 )
 out_option = click.option("--out", type=FilePath(dir_okay=False), help="Write to this file (atomically).")
 limit_option = click.option(

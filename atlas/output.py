@@ -53,10 +53,11 @@ _HEADER_LINES = 3  # a column name wraps onto at most this many lines (after '_'
 
 def output_format(fmt: str | None, out: Path | None) -> str:
     """The format asked for, else the one the --out file's name says (x.csv, x.json, x.parquet, x.txt), else (no
-    --out) a table; an --out whose name says none is refused without --format (a text table of rounded numbers
-    written to 'x.pq' or 'x.tsv' would pass for the data)."""
+    --out) a table; an --out file whose name says none is refused without --format (a text table of rounded numbers
+    written to 'x.pq' or 'x.tsv' would pass for the data), but not a pipe or a device (/dev/stdout: a table)."""
     named = SUFFIXES.get(out.suffix.lower()) if out is not None else None
-    if fmt is None and out is not None and named is None:
+    stream = out is not None and out.exists() and (not out.is_file() or out.parts[:2] == ("/", "dev"))
+    if fmt is None and out is not None and named is None and not stream:
         endings = ", ".join(SUFFIXES)
         raise AtlasError(f"--out '{out}': the name ends in none of {endings}; name one, or give --format")
     if fmt is None:

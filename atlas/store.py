@@ -260,7 +260,10 @@ class Store:
             raise AtlasError(f"{self.named}: exists and is not a directory")
         check_folders_above(self.root, self.named)
         if any(ch in str(self.root.resolve()) for ch in "*?[]{}"):
-            raise AtlasError(f"{self.named}: the path must not contain * ? [ ] {{ }} (file patterns)")
+            raise AtlasError(
+                f"{self.named}: its path ({self.root.resolve()}) holds one of * ? [ ] {{ }}, which DuckDB and Spark "
+                "read as file patterns: rename or move the folder"
+            )
 
     def make_folders(self) -> None:
         """The store's folder and data folder, its path checked first (``create``'s first half)."""
@@ -429,6 +432,7 @@ class Store:
         """A read-only connection. Writes nothing, unless the views predate the current schema.sql or the
         macros the current queries/*.sql (then they are rewritten first). ``sandboxed``: for user SQL, no
         extension installs and no file access outside the store's data folder (for the rest of the process)."""
+        self.check_path()  # a path DuckDB would read as a pattern finds no file
         if not self.exists() and self.data.is_dir() and os.access(self.root, os.W_OK):
             self.write_database()  # removed (see check_database): written again over the runs in data/
         if not self.exists():

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from atlas import api
 from atlas.cli import cli
 from atlas.errors import AtlasError
+from atlas.output import output_format
 from atlas.store import Store
 from tests.conftest import EWT_SAMPLE, cut_conllu
 
@@ -153,6 +154,10 @@ def test_sql_with_parameters_and_outputs_that_would_pass_for_the_data_are_refuse
     described = atlas("query", "entropy", "--describe").stdout
     result = atlas("sql", described, "--store", str(store_dir))
     assert result.exit_code == 1 and result.output.startswith("Error: sql: the statement has parameters ($run), none")
+    result = atlas("sql", "SELECT $2, $1, $10", "--store", str(store_dir))
+    assert result.output.startswith("Error: sql: the statement has parameters ($1, $2, $10), none")
+    for stream in ("/dev/stdout", "/dev/null"):  # a device or a pipe (even one redirected to a file): a table
+        assert output_format(None, Path(stream)) == "table"
     for name in ("x.pq", "x.tsv", "x"):
         out = tmp_path / name
         result = atlas("sql", "SELECT 1 AS a", "--store", str(store_dir), "--out", str(out))
@@ -167,8 +172,8 @@ def test_a_store_whose_path_duckdb_reads_as_a_pattern_is_refused(tmp_path):
     store = tmp_path / "runs[1]" / "store"
     for args in (["query", "entropy"], ["ingest", "--corpus", str(EWT_SAMPLE)], ["runs"]):
         result = atlas(*args, "--store", str(store))
-        assert result.output == f"Error: --store '{store}': its path holds '[' and ']', which DuckDB reads as a file " \
-            "pattern: rename or move the folder\n", result.output  # fmt: skip
+        said = f"Error: --store '{store}': its path ({store}) holds one of * ? [ ] {{ }}, which DuckDB and Spark read"
+        assert result.output == said + " as file patterns: rename or move the folder\n", result.output
     assert not (tmp_path / "runs[1]").exists()
 
 

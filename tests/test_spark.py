@@ -337,6 +337,8 @@ def test_what_needs_no_spark_is_refused_before_it_starts(store, monkeypatch, tmp
         atlas.api.answer_on_spark("entropy", root, foo=1)
     with pytest.raises(AtlasError, match=r"^min_count=many: expected a whole number"):
         atlas.api.answer_on_spark(BEST, root, min_count="many")
+    with pytest.raises(AtlasError, match=r"^run: 'glue baselines' takes no run"):
+        atlas.api.answer_on_spark("glue baselines", root, run=runs["dense"])
     with pytest.raises(AtlasError, match=rf"^store='{tmp_path}': no store here \(no data/\*/runs/\*.parquet\)$"):
         atlas.api.answer_on_spark("entropy", tmp_path)
 

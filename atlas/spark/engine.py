@@ -166,10 +166,7 @@ def answer(
     register(spark, store)
     values = {key: _parameter_text(value) for key, value in params.items()}
     takes = {p.name for p in entry.parameters}
-    if run is not None and "run" not in takes:
-        listed = ", ".join(sorted(takes)) or "none"
-        raise AtlasError(f"{arg('run')}: '{entry.name}' takes no run (parameters: {listed})")
-    if "run" in takes:
+    if entry.takes_run(run):
         values["run"] = run or values.get("run") or _latest_run(spark, store)
     for key, value in values.items():
         if key in RUN_PARAMS and key in takes and value:
