@@ -790,33 +790,35 @@ def ingest(
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
     )
-    if format == "conllu" and text == "written" and not result.already_present:
+    if result.already_present:
+        return done
+    if format == "conllu" and text == "written":
         from atlas.ingestion.conllu import unmatched_texts
 
         done = Ingested(**{**done.__dict__, "n_text_unmatched": len(unmatched_texts(corpus))})
-    if format == "framenet" and not result.already_present:
+    if format == "framenet":
         done = Ingested(**{**done.__dict__, "dropped": checked.dropped})
-    if not result.already_present:
-        done = _with_unknown(done, target, lm.tokenizer)
-    if format != "text" or result.already_present:
-        return done
-    cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
-    with Atlas(target) as st:
+    with Atlas(target) as st:  # one connection for what the store tells of the run
+        done = _with_unknown(done, st, lm.tokenizer)
+        if format != "text":
+            return done
+        cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
         sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
         n_cut = st.connection.execute(sql, [result.run_id]).fetchone()[0]
     return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
 
 
-def _with_unknown(done: Ingested, target: Store, tokenizer: object) -> Ingested:
+def _with_unknown(done: Ingested, st: Atlas, tokenizer: object) -> Ingested:
     """``done`` with the run's pieces counted, and those of its words that are the tokenizer's unknown token (not
     counted where the unknown token is also its bos, eos, cls or sep: GPT-2's <|endoftext|>)."""
     unknown = getattr(tokenizer, "unk_token_id", None)
     others = {getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "cls", "sep")}
-    counted = f"count(*) FILTER (WHERE special IS NULL AND piece_id = {int(unknown or 0)})"
-    counted = "NULL" if unknown is None or unknown in others else counted
-    with Atlas(target) as st:
-        sql = f"SELECT count(*), {counted} FROM tokens WHERE run_id = ?"
-        n_tokens, n_unknown = st.connection.execute(sql, [done.run_id]).fetchone()
+    if unknown is None or unknown in others:
+        counted = "NULL"
+    else:
+        counted = f"count(*) FILTER (WHERE special IS NULL AND piece_id = {int(unknown)})"
+    sql = f"SELECT count(*), {counted} FROM tokens WHERE run_id = ?"
+    n_tokens, n_unknown = st.connection.execute(sql, [done.run_id]).fetchone()
     return Ingested(**{**done.__dict__, "n_tokens": n_tokens, "n_unknown": n_unknown})
 
 

@@ -297,11 +297,13 @@ def read_framenet(path: Path, dropped: Counter[str] | None = None) -> Iterator[S
             raise AtlasError(f"{source}: not a FrameNet lexical-unit file (no <lexUnit> root)")
         frame, lu = root.get("frame", ""), root.get("name", "")
         for ex in exemplars(root, source, frames.core(frame, source)):
-            reason, target = rejection(ex), target_word(ex)
-            if reason is not None or target is None:
-                if dropped is not None and reason is not None:
+            reason = rejection(ex)
+            if reason is not None:
+                if dropped is not None:
                     dropped[reason] += 1
                 continue
+            target = target_word(ex)
+            assert target is not None  # rejection() refuses a target that is not one whole token
             words = [
                 Word(i + 1, t, None, None, None, None, None, None, None, 0) for i, (t, _, _) in enumerate(ex.tokens)
             ]

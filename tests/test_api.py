@@ -106,13 +106,13 @@ def test_the_ingest_counts_the_pieces_the_tokenizer_did_not_know(sample, tmp_pat
     from types import SimpleNamespace
 
     from atlas.api import _with_unknown
-    from atlas.store import Store
 
     cls = 101  # the embedded WordPiece's [CLS], first in every input
-    assert _with_unknown(done, Store(store), SimpleNamespace(unk_token_id=cls)).n_unknown == 0
-    for role in ("bos", "eos", "cls", "sep"):
-        ends = SimpleNamespace(unk_token_id=cls, **{f"{role}_token_id": cls})
-        assert _with_unknown(done, Store(store), ends).n_unknown is None
+    with atlas.open(store) as st:
+        assert _with_unknown(done, st, SimpleNamespace(unk_token_id=cls)).n_unknown == 0
+        for role in ("bos", "eos", "cls", "sep"):
+            ends = SimpleNamespace(unk_token_id=cls, **{f"{role}_token_id": cls})
+            assert _with_unknown(done, st, ends).n_unknown is None
 
 
 def test_a_model_folder_is_named_as_text_or_a_path(tmp_path):
