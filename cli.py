@@ -103,17 +103,10 @@ def cli() -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["conllu", "glue", "framenet", "text", "repeated"]),
-    default="conllu",
+    type=click.Choice(api.FORMATS),
+    default=api.DEFAULT_FORMAT,
     show_default=True,
-    help="glue: a GLUE TSV file of --task, words and dependencies by spaCy, pairs in the tokenizer's own "
-    "template ([CLS] a [SEP] b [SEP] for BERT); "
-    "framenet: FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz; the release's frame/ folder "
-    "beside lu/ gives each frame's core set), Kovaleva et al.'s filters; "
-    "text: WikiText raw or plain text, an article's paragraphs two by two as a pair input (Clark et al.'s "
-    "Wikipedia segments), words and dependencies by spaCy; "
-    "repeated: no corpus file, --count sequences of --length token ids drawn from the model's vocabulary, each "
-    "repeated once (the probe for induction heads), the tokenizer's BOS first where it puts one.",
+    help=api.FORMAT_HELP,
 )
 @click.option("--task", default=None, help="The GLUE task of a --format glue file (SST-2, MRPC, RTE, STS-B, ...).")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
@@ -378,8 +371,8 @@ def _params(values: tuple[str, ...]) -> dict[str, str]:
 )
 @click.option(
     "--engine",
-    type=click.Choice(["duckdb", "spark"]),
-    default="duckdb",
+    type=click.Choice(api.ENGINES),
+    default=api.ENGINES[0],
     show_default=True,
     help="Where the entry's SQL runs: DuckDB, or Apache Spark over the store's Parquet files (then --store may be "
     "any URI Spark reads, s3a://, hdfs://; needs pip install 'attention-atlas[spark]').",
@@ -411,14 +404,15 @@ def query(
     """
     if describe:
         given = {"out": out, "format": fmt, "param": params, "run": run_id, "compare": compare_ids, "limit": limit}
-        given["engine"] = engine != "duckdb"
+        source = click.get_current_context().get_parameter_source("engine")
+        given["engine"] = source != click.core.ParameterSource.DEFAULT
         if unused := [arg(name) for name, value in given.items() if value]:
             said = ", ".join(unused)
             raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")
         click.echo(api.describe(_entry_name(phrase)))
         return
     shown = check_output(fmt, out)  # before the entry runs
-    answer = _answer(phrase, run_id, params, store_path, compare_ids, None, engine, spark_master)
+    answer = _answer(phrase, run_id, params, store_path, compare_ids, None, engine=engine, master=spark_master)
     frame = answer.frame
     if answer.runs and shown == "table" and out is None:  # run ids as letters: fits a terminal
         frame, said = answer.lettered()
@@ -441,28 +435,14 @@ def _answer(
     store_path: str | None,
     compare: tuple[str, ...] = (),
     figure: Path | None = None,
-    engine: str = "duckdb",
-    spark_master: str = "local[2]",
+    **where: str,
 ) -> api.Answer:
     """Run an entry (``compare``: beside --run, default the latest run, more runs; ``figure``: draw it into this
-    file; ``engine``: 'spark' on Apache Spark at ``spark_master``); its title line (the entry and the runs that
-    answered) and notes go to stderr."""
+    file; ``where``: the engine its SQL runs on and Spark's master, as ``api.answer`` takes them); its title line
+    (the entry and the runs that answered) and notes go to stderr."""
     name = _entry_name(phrase)
-    values: dict[str, object] = dict(_params(params))
-    if run_id is not None and "run" in values:
-        raise AtlasError(f"{arg('run', query=True)}: the run is given by {arg('run')}; give it once")
-    as_param = run_id is None and bool(values.get("run"))  # --param run=R: named so where R is no run
-    run = run_id if run_id is not None else values.pop("run", None)
-    runs = [run, *compare] if compare else None
-    if engine == "spark" and compare:
-        raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', 'spark')}")
-    if engine == "spark":
-        answer = api.answer_on_spark(name, store_path, run, master=spark_master, **values)
-    else:
-        st = api.open(store_path)
-        if as_param:
-            st.run_id(str(run), query=True)
-        answer = st.answer(name, None if compare else run, runs, figure=figure, **values)
+    runs = [run_id, *compare] if compare else None
+    answer = api.answer(name, store_path, None if compare else run_id, runs, figure, params=_params(params), **where)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note_cli_text(note), err=True)

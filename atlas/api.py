@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import re
 import warnings
@@ -35,41 +34,31 @@ from typing import TYPE_CHECKING, NamedTuple
 import duckdb
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
-from tqdm import tqdm
 
 from atlas import checks
-from atlas.catalogue import RUN_PARAMS, Entry, choose, entries, run_entry
-from atlas.compare import check_shapes, compare, key_columns, letter, lettered
+from atlas.catalogue import Entry, choose, entries
+from atlas.engine import Answer, DuckDBEngine, Engine, answer_on, check_run, latest_run
 from atlas.errors import AtlasError, AtlasNote, api_text, arg, caller_level, warn_notes
-from atlas.files import check_folders_above, writing_to
-from atlas.ingestion.corpus_info import check_file, dropped_text
+from atlas.ingestion.readers import DEFAULT as DEFAULT_FORMAT
+from atlas.ingestion.readers import format_help
+from atlas.ingestion.readers import names as formats
+from atlas.ingestion.readers.corpus_info import dropped_text
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
-from atlas.ingestion.run_id import number_text
 from atlas.macros import macro_call
 from atlas.maps import read_maps
-from atlas.prerequisites import check as check_prerequisites
-from atlas.store import Store, is_uri, store_named, table_schemas
+from atlas.store import OLDER_RUNS, Store, is_uri, store_named, table_schemas
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from atlas.report import Report
 
-FORMATS = ("conllu", "glue", "framenet", "text", "repeated")  # the corpora --format reads (repeated: drawn, no file)
+FORMATS = formats()  # the corpora --format reads, one reader each (atlas.ingestion.readers)
+FORMAT_HELP = format_help()  # what --format says of each
 
 
-# store.OLDER_RUNS as Polars expressions, for the scans of Atlas.table
-POLARS_DERIVED = {
-    ("tokens", "role"): pl.coalesce("role", pl.col("special").replace_strict(
-        {"[CLS]": "cls", "[SEP]": "sep"}, default=None, return_dtype=pl.String
-    )),
-    ("attn_rows", "to_first"): pl.coalesce("to_first", "to_cls"),
-    ("runs", "text"): pl.coalesce("text", pl.lit("words")),
-    ("runs", "word_rows"): pl.coalesce("word_rows", pl.lit("mean")),
-    ("runs", "dtype"): pl.coalesce("dtype", pl.lit("float32")),
-}  # fmt: skip
+ENGINES = ("duckdb", "spark")  # where a catalogue entry's SQL runs (the CLI's --engine), the default first
 
 
 @checks.typed
@@ -120,35 +109,9 @@ def describe(name: str) -> str:
     return _chosen(name).sql.rstrip("\n")
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A catalogue entry's answer, with the line naming the entry and the runs that answered."""
-
-    entry: Entry
-    frame: pl.DataFrame
-    title: str
-    notes: tuple[str, ...]  # 'note: ...' lines: computed, but not in the paper's setting
-    runs: tuple[str, ...] = ()  # a comparison's runs, the first the reference (frame: col@run, col_diff@run)
-
-    def lettered(self) -> tuple[pl.DataFrame, str]:
-        """A comparison's frame with each run's columns named by its letter (``col@A``, ``col_diff@B``), as the
-        terminal shows it, and the line saying which run each letter is."""
-        said = "; ".join(f"@{letter(i)}: {run}" for i, run in enumerate(self.runs))
-        return lettered(self.frame, self.runs), f"columns {said}"
-
-
 class AttentionMap(NamedTuple):
     weights: np.ndarray  # float32 (n, n): weights[src, dst], the attention token src pays to token dst
     tokens: list[str]  # the n word pieces, [CLS] and [SEP] included
-
-
-def _parameter_text(value: object) -> str:
-    """A Python value as the CLI's --param NAME=VALUE would give it (True -> 'true', None -> '')."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return str(value).lower()
-    return str(value)
 
 
 class Atlas:
@@ -207,7 +170,8 @@ class Atlas:
         return runs.drop("random_init", "seed", "config").insert_column(2, pl.Series("weights", shown, pl.Utf8))
 
     def latest_run(self) -> str:
-        return self.store.latest_run(self.connection)
+        """The run ingested last: the one an entry answers for where no run is named."""
+        return latest_run(self._engine())
 
     @checks.typed
     def run_id(self, run: str | None = None, param: str = "run", kind: str = "runs", *, query: bool = False) -> str:
@@ -216,24 +180,11 @@ class Atlas:
         parameter it was given as (``query``: a catalogue entry's parameter)."""
         if run is None:
             return self.latest_run()
-        if kind == "runs":
-            known = self.connection.execute("SELECT count(*) FROM runs WHERE run_id = ?", [run]).fetchone()[0] > 0
-        else:
-            known = run in self.store.run_ids()
-        if not known:
-            raise AtlasError(
-                f"{arg(param, repr(str(run)), query=query)}: no such run in {self.store.root} (see 'atlas runs')"
-            )
-        return run
+        return check_run(self._engine(), run, param, kind, query=query)
 
-    def _run_line(self, run_id: str) -> str:
-        con = self.connection
-        row = con.execute("SELECT model, corpus FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        if row is not None:
-            return f"{run_id} (model {row[0]}, corpus {row[1]})"
-        row = con.execute("SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = ?", [run_id])
-        task = row.fetchone()
-        return f"{run_id} ({task[0]} model from {task[1]})" if task and task[0] else run_id
+    def _engine(self) -> DuckDBEngine:
+        """The catalogue's engine on this store: DuckDB, over the views of its read-only connection."""
+        return DuckDBEngine(self.store, self.connection)
 
     # the catalogue
 
@@ -256,55 +207,8 @@ class Atlas:
         for (default: the latest run), for entries that take one; ``runs``: instead of ``run``, two or more runs
         compared (see ``atlas.compare``; None: the latest run); ``figure``: also
         save the entry's paper-style figure to this file (PNG, PDF or SVG, by its suffix); ``params``: the
-        entry's other parameters (see ``queries()``)."""
-        if figure is not None:
-            checks.named("figure", figure)
-            from atlas.plot import check_out, save
-            from atlas.plot import figure as draw
-
-            check_out(Path(figure))
-            answer = self.answer(name, run, runs, **params)
-            save(draw(answer.entry, answer.frame, answer.title, answer.runs), Path(figure))
-            return answer
-        entry = _chosen(name)  # said at once, before anything refuses
-        _not_empty(run)
-        if runs is not None:
-            return self._compare(entry, run, list(runs), params)
-        values = {key: _parameter_text(value) for key, value in params.items()}
-        takes = {p.name for p in entry.parameters}
-        if entry.takes_run(run):
-            values["run"] = run or values.get("run") or self.latest_run()
-        for key, value in values.items():
-            if key in RUN_PARAMS and key in takes and value:
-                self.run_id(value, key, RUN_PARAMS[key], query=key != "run")
-        bound = entry.bind(values)
-        notes = check_prerequisites(self.connection, entry, bound)
-        used = [f"{key} {self._run_line(str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
-        title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
-        return Answer(entry, run_entry(self.connection, entry, bound), title, tuple(notes))
-
-    def _compare(self, entry: Entry, run: str | None, given: list[str | None], params: dict[str, object]) -> Answer:
-        if run is not None:
-            raise AtlasError(f"{arg('run')}: name the runs to compare in {arg('runs', '[...]')} only")
-        if "run" not in {p.name for p in entry.parameters}:
-            raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
-        runs = [self.latest_run() if r is None else r for r in given]
-        if given and given[0] is None:  # the latest run, left out, named again among the others: it is the first
-            runs = [runs[0], *(r for r in runs[1:] if r != runs[0])]
-        if len(runs) < 2 or len(set(runs)) < len(runs):
-            said = ", ".join(runs) or "none"
-            latest = f"; {arg('runs[0]')} left out is the latest run" if None in given else ""
-            raise AtlasError(f"{arg('runs')}: name two or more different runs (given: {said}{latest})")
-        answers = {  # the first run is the CLI's --run, the others its --compare
-            r: self.answer(entry.name, self.run_id(r, "runs" if i else "runs[0]"), **params) for i, r in enumerate(runs)
-        }
-        frames = {r: a.frame for r, a in answers.items()}
-        keys = key_columns(entry, frames[runs[0]])
-        check_shapes(self.connection, entry, keys, runs)
-        lines = "; ".join(f"{'run' if i == 0 else 'compared with'} {self._run_line(r)}" for i, r in enumerate(runs))
-        title = f"{entry.name} ({entry.paper}); {lines}; aligned on {', '.join(keys)}, differences to {runs[0]}"
-        notes = tuple(dict.fromkeys(n for a in answers.values() for n in a.notes))
-        return Answer(entry, compare(entry, frames), title, notes, tuple(runs))
+        entry's other parameters (see ``queries()``). On Apache Spark: ``atlas.api.answer(..., engine='spark')``."""
+        return _answered(self._engine, name, run, runs, figure, params)
 
     @checks.typed
     def query(
@@ -490,7 +394,8 @@ class Atlas:
             # run ids are dictionary-encoded; older runs' layers, heads and positions are narrower integers
             cast_options=pl.ScanCastOptions(categorical_to_string="allow", integer_cast="upcast"),
         )
-        derived = [expr.alias(column) for (table, column), expr in POLARS_DERIVED.items() if table == name]
+        # the older runs' derived columns, as the views derive them (store.OLDER_RUNS: SQL that Polars reads too)
+        derived = [pl.sql_expr(sql) for (table, _), sql in OLDER_RUNS.items() if table == name]
         return scan.with_columns(derived) if derived else scan
 
     @checks.typed
@@ -542,48 +447,8 @@ class Atlas:
         files appear together, when all are written: an export that fails or is stopped leaves ``out`` as it was.
         ``progress``: a progress bar over the rows."""
         checks.named("out", out, "name the folder to write the tables into")
-        out = Path(out)
-        where, args = ("", [])
-        if run is not None:
-            where, args = "WHERE run_id = ?", [self.run_id(run, kind="any")]
-        given = arg("out", repr(str(out)))
-        if out.exists() and not out.is_dir():
-            raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
-        if any(out.resolve().is_relative_to(inside.resolve()) for inside in (self.store.data, self.store.staging)):
-            raise AtlasError(
-                f"{given}: inside the store's runs ({self.store.data}; the store would read the files as a run's); "
-                "name a folder outside them"
-            )
-        check_folders_above(out, given)
-        for name in table_schemas():
-            if (out / f"{name}.parquet").is_dir():
-                raise AtlasError(f"{given}: '{out / name}.parquet' is a folder; the export would write a file there")
-        tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
-        rows = sum(self.connection.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
-        made = not out.exists()
-        with writing_to(given):
-            out.mkdir(parents=True, exist_ok=True)
-        written: dict[str, int] = {}
-        bar = tqdm(total=rows, desc="export", unit="row", unit_scale=True, disable=not progress, leave=False)
-        try:
-            with writing_to(given):
-                for name, tmp in tmps.items():
-                    reader = self.connection.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
-                    with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
-                        written[name] = 0
-                        for batch in reader:
-                            writer.write_batch(batch)
-                            written[name] += batch.num_rows
-                            bar.update(batch.num_rows)
-                for name, tmp in tmps.items():
-                    tmp.replace(out / f"{name}.parquet")
-        finally:
-            bar.close()
-            for tmp in tmps.values():
-                tmp.unlink(missing_ok=True)
-            if made and out.is_dir() and not any(out.iterdir()):
-                out.rmdir()
-        return written
+        run_id = None if run is None else self.run_id(run, kind="any")
+        return self.store.export(self.connection, Path(out), run_id, progress)
 
 
 @dataclass(frozen=True)
@@ -598,36 +463,69 @@ class Classed:
 
 
 @checks.typed
-def answer_on_spark(
+def answer(
     name: str,
     /,
     store: str | os.PathLike[str] | None = None,
     run: str | None = None,
+    runs: Sequence[str | None] | None = None,
+    figure: str | os.PathLike[str] | None = None,
     *,
+    engine: str = ENGINES[0],
     master: str = "local[2]",
-    **params: object,
+    params: Mapping[str, object] | None = None,
 ) -> Answer:
-    """``Atlas.answer`` computed by Apache Spark from the same SQL (see ``atlas.spark``): ``store`` is a folder
-    or any URI Spark reads (s3a://, hdfs://; default as ``open``: $ATLAS_STORE, which may be a URI too), read on
-    this process's SparkSession, else on a new one on ``master``. Needs pyspark (pip install
-    'attention-atlas[spark]')."""
-    from atlas.spark import EnvURI, answer, require_pyspark, session
+    """``Atlas.answer`` on the store at ``store`` (default as ``open``), with the entry's ``params`` (``run``
+    among them: the run, named as a parameter in errors), on ``engine``: 'duckdb', over the store's views; or
+    'spark', Apache Spark from the same SQL over the store's Parquet files (see ``atlas.spark``), where ``store``
+    may also be any URI Spark reads (s3a://, hdfs://; $ATLAS_STORE too), read on this process's SparkSession, else
+    on a new one on ``master`` (needs pyspark: pip install 'attention-atlas[spark]'; runs are compared on DuckDB
+    only). What needs no Spark (pyspark installed, the parameters, a store on this machine) is refused before its
+    Java starts."""
+    if engine not in ENGINES:
+        raise AtlasError(f"{arg('engine', repr(engine))}: expected one of {', '.join(ENGINES)}")
+    if engine == "duckdb":
+        with open(store) as st:
+            return _answered(st._engine, name, run, runs, figure, dict(params or {}))
+    if runs is not None:
+        raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', 'spark')}")
+    return _answered(lambda: _spark_engine(store, master), name, run, runs, figure, dict(params or {}))
 
-    require_pyspark()
+
+def _answered(
+    engine: Callable[[], Engine],
+    name: str,
+    run: str | None,
+    runs: Sequence[str | None] | None,
+    figure: str | os.PathLike[str] | None,
+    params: dict[str, object],
+) -> Answer:
+    """The entry ``name`` chooses answered by the answer path (``atlas.engine.answer_on``) on the engine that
+    ``engine`` gives once the entry is chosen; ``figure``: its file checked first, the answer drawn into it."""
+    if figure is None:
+        entry = _chosen(name)  # said at once, before anything refuses
+        return answer_on(engine(), entry, run, runs, params)
+    checks.named("figure", figure)
+    from atlas.plot import check_out, save
+    from atlas.plot import figure as draw
+
+    check_out(Path(figure))
     entry = _chosen(name)
-    _not_empty(run)
+    found = answer_on(engine(), entry, run, runs, params)
+    save(draw(found.entry, found.frame, found.title, found.runs), Path(figure))
+    return found
+
+
+def _spark_engine(store: str | os.PathLike[str] | None, master: str) -> Engine:
+    """Spark's engine on ``store``: a URI as given (or as $ATLAS_STORE gives it), else the folder ``open`` takes."""
+    from atlas.spark import EnvURI, SparkEngine
+
     env = os.environ.get("ATLAS_STORE") or ""
-    where = store if store is not None else EnvURI(env) if is_uri(env) else store_at()
-    # what needs no Spark is checked before its Java starts (seconds): the parameters, a store on this machine
-    values = {key: _parameter_text(value) for key, value in params.items()}
-    entry.bind(values | ({"run": run or "latest"} if entry.takes_run(run) else {}))
-    local = where if isinstance(where, Store) else None if is_uri(os.fspath(where)) else store_at(where)
-    if local is not None:
-        local.check_path()
-        if not any(local.data.glob("*/runs/*.parquet")):
-            raise AtlasError(f"{local.named}: no store here (no data/*/runs/*.parquet)")
-    found = answer(session(master), where, entry.name, run, **params)
-    return Answer(entry, found.collect(), found.title, found.notes)
+    if store is not None and is_uri(os.fspath(store)):
+        return SparkEngine(os.fspath(store), master=master)
+    if store is None and is_uri(env):
+        return SparkEngine(EnvURI(env), master=master)
+    return SparkEngine(store_at(store), master=master)
 
 
 def _kind(statement: duckdb.Statement) -> str:
@@ -636,11 +534,6 @@ def _kind(statement: duckdb.Statement) -> str:
     text = re.sub(r"^(\s|--[^\n]*|/\*.*?\*/)*", "", statement.query, flags=re.DOTALL)
     word = re.match(r"[A-Za-z_]*", text).group(0).upper()  # type: ignore[union-attr]  (* matches always)
     return statement.type.name if word in ("", "WITH") else word
-
-
-def _not_empty(run: str | None) -> None:
-    """Refuse a run id given empty (left out, the latest run is taken)."""
-    checks.named("run", run, "empty; name a run (see 'atlas runs'); left out, it is the latest")
 
 
 def _chosen(name: str) -> Entry:
@@ -683,7 +576,7 @@ def ingest(
     model: str | os.PathLike[str] | None = None,
     store: str | os.PathLike[str] | None = None,
     *,
-    format: str = "conllu",  # the CLI's --format
+    format: str = DEFAULT_FORMAT,  # the CLI's --format
     task: str | None = None,
     random_init: bool = False,
     seed: int | None = None,
@@ -712,78 +605,52 @@ def ingest(
     ``max_edges`` (default 6) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
     ``sample``/``sample_seed`` for ``format='text'``; ``format='repeated'`` takes no ``corpus``: ``count``
     (default 10) sequences of ``length`` (default 50) token ids drawn from the model's vocabulary with
-    ``sample_seed``, repeated once (see ``ingest.repeated``); ``text``: 'written' (each sentence as written) or
-    'words' (its words joined by single spaces, Clark et al.'s input; see ``ingest.align``); ``word_rows``: 'mean'
-    (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first piece's row, the
-    released code's default); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the CPU and
-    MPS), 'float32', 'bfloat16' or 'float16' (the attention softmax and every statistic stay float32; the dtype
+    ``sample_seed``, repeated once (see ``atlas.ingestion.readers.repeated``); ``text``: 'written' (each sentence as
+    written) or 'words' (its words joined by single spaces, Clark et al.'s input; see ``atlas.ingestion.align``);
+    ``word_rows``: 'mean' (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first
+    piece's row, the released code's default); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the
+    CPU and MPS), 'float32', 'bfloat16' or 'float16' (the attention softmax and every statistic stay float32; the dtype
     is part of the run id and recorded in ``runs.dtype``); ``config``: with ``random_init``, overrides of the
     model's config, a mapping or ``KEY=VALUE`` texts (the value as JSON, else a string), e.g.
     ``["num_hidden_layers=4"]``. A run already in the store is found without loading the
     model; the whole corpus is checked before the model is loaded;
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
-    ``ray_address`` (default: a local instance); the store is the same (see ``ingest.ray_engine``)."""
-    from atlas.ingestion.device import resolve_dtype
-    from atlas.ingestion.run_id import Settings, check_settings, ingested_run
-    from atlas.model.identity import config_overrides, override_text
+    ``ray_address`` (default: a local instance); the store is the same (see ``atlas.ingestion.ray_engine``)."""
+    from atlas.ingestion.options import plan, stager
+    from atlas.ingestion.readers.base import CorpusOptions
+    from atlas.ingestion.run_id import ingested_run
 
-    checks.seed("seed", seed)
-    if format not in FORMATS:  # first: the other options' checks read it
-        raise AtlasError(f"{arg('format', repr(format))}: expected one of {', '.join(FORMATS)}")
-    if sample_seed is not None:
-        checks.seed("sample_seed", sample_seed)
-        if format not in ("text", "repeated"):
-            raise AtlasError(
-                f"{arg('sample_seed')}: seeds the draw of {arg('format', repr('text'))} and "
-                f"{arg('format', repr('repeated'))}; a {format} corpus is read whole, in order: leave "
-                f"{arg('sample_seed')} out"
-            )
-    sample_seed = sample_seed or 0
-    checks.named("corpus", corpus)
-    corpus = _corpus_path(corpus, format, length, count, sample_seed)
-    pack = _check_ingest_options(corpus, format, task, random_init, seed, kept_mass, dense, pack)
-    _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
-    overrides = config_overrides(config)
-    if overrides and not random_init:
-        given = arg("config", override_text(*next(iter(overrides.items()))))
-        raise AtlasError(
-            f"{given}: the pretrained weights would not match a changed config; add {arg('random_init')} or leave "
-            f"{arg('config')} out"
-        )
-    dtype = resolve_dtype(dtype, device, (gpus_per_worker or 0) if engine == "ray" else None)
-    if max_edges is not None and dense:
-        raise AtlasError(
-            f"{arg('max_edges')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('max_edges')}"
-        )
-    kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
-    edges = Settings().max_edges if max_edges is None else max_edges
-    settings = Settings(
-        kept, max_length, pack, max_edges=edges, device=device, text=text, word_rows=word_rows, dtype=dtype
-    )
-    check_settings(settings)
-    if sample is not None and sample < 1:
-        raise AtlasError(f"{arg('sample', sample)}: expected 1 or more")
+    options = CorpusOptions(task, sample, sample_seed, length, count)
+    asked = plan(
+        corpus, format, options, random_init=random_init, seed=seed, kept_mass=kept_mass, max_edges=max_edges,
+        dense=dense, max_length=max_length, pack=pack, text=text, word_rows=word_rows, device=device, dtype=dtype,
+        config=config, engine=engine, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+    )  # fmt: skip
+    given, settings, overrides = asked.options, asked.settings, asked.overrides
     target = store_at(store)
     target.check_database()  # another program's database, before the model loads and anything is written
     known = ingested_run(
-        target.data, corpus, format, task, sample, sample_seed, model, random_init, seed or 0, settings, overrides
-    )
+        target.data, asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed or 0, model,
+        random_init, seed or 0, settings, overrides,
+    )  # fmt: skip
     if known is not None:
         return Ingested(known, target.root, True, 0, 0, 0)
     from atlas.ingestion.corpus import check_corpus
     from atlas.ingestion.device import resolve_device
     from atlas.ingestion.pipeline import ingest as run_ingest
+    from atlas.ingestion.summary import summary
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
 
-    stage = _ray_engine(ray_address, workers, gpus_per_worker) if engine == "ray" else None
-    if engine != "ray":  # Ray's workers find their own devices
+    stage = stager(engine, ray_address, workers, gpus_per_worker)
+    if stage is None:  # Ray's workers find their own devices
         resolve_device(device)
     if overrides:  # a key the config has not is refused before the corpus is read
         model_identity(model, random_init, seed or 0, overrides)
-    checked = check_corpus(corpus, format, task, sample, sample_seed)  # fail on bad input before loading anything
-    lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=dtype, **overrides)
+    # fail on bad input before loading anything
+    checked = check_corpus(asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed or 0)
+    lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=settings.dtype, **overrides)
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
         model_identity(model, random_init, seed or 0, overrides)
     result = run_ingest(checked, target, lm, settings, progress=progress, stage=stage)
@@ -792,135 +659,5 @@ def ingest(
     )
     if result.already_present:
         return done
-    if format == "conllu" and text == "written":
-        from atlas.ingestion.conllu import unmatched_texts
-
-        done = Ingested(**{**done.__dict__, "n_text_unmatched": len(unmatched_texts(corpus))})
-    if format == "framenet":
-        done = Ingested(**{**done.__dict__, "dropped": checked.dropped})
-    with Atlas(target) as st:  # one connection for what the store tells of the run
-        done = _with_unknown(done, st, lm.tokenizer)
-        if format != "text":
-            return done
-        cut = "len(list_filter(sent_ids, s -> contains(s, ':'))) > 0"  # LINE:FIRST-LAST/N: words cut
-        sql = f"SELECT count(*) FILTER (WHERE {cut}) FROM examples WHERE run_id = ?"
-        n_cut = st.connection.execute(sql, [result.run_id]).fetchone()[0]
-    return Ingested(**{**done.__dict__, "n_cut": n_cut, "n_left_out": checked.n_sentences // 2 - result.n_examples})
-
-
-def _with_unknown(done: Ingested, st: Atlas, tokenizer: object) -> Ingested:
-    """``done`` with the run's pieces counted, and those of its words that are the tokenizer's unknown token (not
-    counted where the unknown token is also its bos, eos, cls or sep: GPT-2's <|endoftext|>)."""
-    unknown = getattr(tokenizer, "unk_token_id", None)
-    others = {getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "cls", "sep")}
-    if unknown is None or unknown in others:
-        counted = "NULL"
-    else:
-        counted = f"count(*) FILTER (WHERE special IS NULL AND piece_id = {int(unknown)})"
-    sql = f"SELECT count(*), {counted} FROM tokens WHERE run_id = ?"
-    n_tokens, n_unknown = st.connection.execute(sql, [done.run_id]).fetchone()
-    return Ingested(**{**done.__dict__, "n_tokens": n_tokens, "n_unknown": n_unknown})
-
-
-def _check_engine_options(
-    engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None, device: str
-) -> None:
-    if engine not in ("local", "ray"):
-        raise AtlasError(f"{arg('engine', repr(engine))}: expected one of local, ray")
-    ray_options = {"ray_address": ray_address, "workers": workers, "gpus_per_worker": gpus_per_worker}
-    given = [name for name, value in ray_options.items() if value is not None]
-    if engine != "ray" and given:
-        raise AtlasError(
-            f"{arg(given[0])}: sets up the Ray workers; add {arg('engine', repr('ray'))} or leave {arg(given[0])} out"
-        )
-    if workers is not None and workers < 1:
-        raise AtlasError(f"{arg('workers', workers)}: expected 1 or more")
-    if gpus_per_worker is not None and not 0 <= gpus_per_worker < math.inf:  # nan fails too
-        raise AtlasError(f"{arg('gpus_per_worker', number_text(gpus_per_worker))}: expected 0 or more")
-    if engine == "ray" and device == "cuda" and not gpus_per_worker:
-        raise AtlasError(
-            f"{arg('device', repr('cuda'))}: a Ray worker sees only the GPUs it claims; add {arg('gpus_per_worker', 1)}"
-        )
-    if engine == "ray" and device == "cpu" and gpus_per_worker:
-        claims = arg("gpus_per_worker", number_text(gpus_per_worker))
-        raise AtlasError(f"{claims}: claims GPUs that {arg('device', repr('cpu'))} leaves idle")
-
-
-def _ray_engine(ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Callable:
-    """The staging of ``engine='ray'``; Ray is imported here only."""
-    try:
-        from atlas.ingestion.ray_engine import RayEngine
-    except ModuleNotFoundError as exc:
-        if exc.name != "ray" and not (exc.name or "").startswith("ray."):
-            raise
-        raise AtlasError(
-            f"{arg('engine', repr('ray'))}: Ray is not installed (pip install 'attention-atlas[ray]')"
-        ) from None
-    return RayEngine(ray_address, workers or 2, gpus_per_worker or 0)
-
-
-def _corpus_path(
-    corpus: str | os.PathLike[str] | None, fmt: str, length: int | None, count: int | None, sample_seed: int
-) -> Path:
-    """The corpus file; for ``format='repeated'``, which reads none, the name its settings give it."""
-    repeated = arg("format", repr("repeated"))
-    if fmt != "repeated":
-        for name, value in (("length", length), ("count", count)):
-            if value is not None:
-                raise AtlasError(f"{arg(name)}: sets the sequences of {repeated}; add it or leave {arg(name)} out")
-        if corpus is None:
-            raise AtlasError(f"{arg('corpus')}: name the corpus file (only {repeated} reads none)")
-        return Path(corpus)
-    if corpus is not None:
-        raise AtlasError(
-            f"{arg('corpus')}: {repeated} draws its tokens from the model's vocabulary; leave {arg('corpus')} out"
-        )
-    from atlas.ingestion.repeated import COUNT, LENGTH, Repeated
-
-    settings = Repeated(LENGTH if length is None else length, COUNT if count is None else count, sample_seed)
-    settings.check()
-    return Path(settings.name)
-
-
-def _check_ingest_options(
-    corpus: Path,
-    fmt: str,
-    task: str | None,
-    random_init: bool,
-    seed: int | None,
-    kept_mass: float | None,
-    dense: bool,
-    pack: str | None,
-) -> str:
-    """One line for option combinations that would do something else than asked (or nothing); returns the
-    packing the corpus is read with."""
-    if seed is not None and not random_init:
-        drawn = f" (the tokens of {arg('format', repr('repeated'))} are drawn with {arg('sample_seed')})"
-        raise AtlasError(
-            f"{arg('seed')}: seeds {arg('random_init')}'s weights; without {arg('random_init')} the model is the same"
-            + (drawn if fmt == "repeated" else "")
-        )
-    if kept_mass is not None and dense:
-        raise AtlasError(
-            f"{arg('kept_mass')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('kept_mass')}"
-        )
-    if task is not None and fmt != "glue":
-        glue = arg("format", repr("glue"))
-        raise AtlasError(f"{arg('task')}: names the GLUE task of a {glue} file; add {glue} or leave {arg('task')} out")
-    if fmt != "repeated":
-        check_file(corpus, fmt)
-    if fmt == "glue":
-        from atlas.ingestion.glue_tsv import task_spec
-
-        if pack is not None:
-            raise AtlasError(f"{arg('pack')}: a GLUE file is read one example per input; leave {arg('pack')} out")
-        return "pair" if task and task_spec(task).text_b else "none"
-    if fmt == "framenet" and pack not in (None, "none"):
-        raise AtlasError(f"{arg('pack')}: FrameNet sentences are read one per input; leave {arg('pack')} out")
-    if fmt == "text":
-        if pack not in (None, "pair"):
-            raise AtlasError(f"{arg('pack')}: a text file is read as paragraph pairs; leave {arg('pack')} out")
-        return "pair"
-    if fmt == "repeated" and pack not in (None, "none"):
-        raise AtlasError(f"{arg('pack')}: each repeated-token sequence is one input; leave {arg('pack')} out")
-    return pack or "none"
+    said = summary(target, result.run_id, checked, result.n_examples, text, lm.tokenizer)
+    return Ingested(**{**done.__dict__, **said})

@@ -76,7 +76,7 @@ def _target(store: str | os.PathLike[str] | None) -> Store:
 
 
 def _dev(spec, data: str | os.PathLike[str], limit: int | None):
-    from atlas.ingestion.glue_tsv import load_split
+    from atlas.ingestion.readers.glue_tsv import load_split
 
     checks.at_least("dev_limit", limit, 1)
     dev = load_split(spec, data, "dev").head(limit)
@@ -107,7 +107,7 @@ def finetune(
     its train.tsv and dev.tsv, or a hub data set), save the checkpoint to ``out`` and record its dev
     metrics in the store. ``epochs=0`` saves without training; ``train_limit``: the first N training
     examples after a seeded shuffle; ``dev_limit``: the first N dev examples."""
-    from atlas.ingestion.glue_tsv import load_split, task_spec
+    from atlas.ingestion.readers.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import load_task_model
     from atlas.tasks.finetune import TrainSettings, check_out, one_update_note, saved_as_loaded
     from atlas.tasks.finetune import finetune as train
@@ -154,7 +154,7 @@ def ablate(
     the run, the baseline, the best score and what was disabled for it (layer and head 1-based).
     ``reuse=False`` recomputes every layer for every ablation (for comparison); ``progress``: a progress bar
     over the evaluations."""
-    from atlas.ingestion.glue_tsv import task_spec
+    from atlas.ingestion.readers.glue_tsv import task_spec
     from atlas.tasks.ablate import sweep
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.record import write_ablations
@@ -192,7 +192,7 @@ def importance(
     (``train_limit``: the first N examples after a shuffle seeded by ``seed``), then the pruning curve and
     "all heads but one" on the dev set; the scores and results are stored together. ``progress``: progress
     bars over the training batches and the evaluations."""
-    from atlas.ingestion.glue_tsv import load_split, task_spec
+    from atlas.ingestion.readers.glue_tsv import load_split, task_spec
     from atlas.tasks.classifier import encode, load_task_model
     from atlas.tasks.finetune import subset
     from atlas.tasks.importance import head_importance, normalise, pruning_and_single_heads
@@ -246,7 +246,7 @@ def grads(
     if corpus is not None:
         run_id, loss, means, counts = mlm_gradients(model, Path(corpus), limit, seed, progress)
     else:
-        from atlas.ingestion.glue_tsv import task_spec
+        from atlas.ingestion.readers.glue_tsv import task_spec
         from atlas.tasks.classifier import load_task_model
 
         tm = load_task_model(model, task_spec(task))

@@ -65,7 +65,7 @@ import polars as pl
 from atlas.errors import AtlasError, arg
 from atlas.needs import SHARED, Need
 
-QUERIES = resources.files("atlas") / "queries"  # the repository's queries/, installed as atlas/queries
+QUERIES = resources.files("atlas.queries")  # the repository's queries/
 FIELDS = ("name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "labels")
 _FIELD = re.compile(r"-- (\w+):\s*(.*)")  # '-- name: value': a field
 _MORE = re.compile(r"--\s{2,}(.*)")  # an indented comment line: the field above continues

@@ -15,7 +15,6 @@ import re
 import sys
 import textwrap
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -24,6 +23,7 @@ from atlas.catalogue import Entry, entries
 from atlas.compare import key_columns
 from atlas.errors import AtlasError
 from atlas.macros import compare_macro_call, macro_call
+from atlas.store import SCHEMA_FILE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "catalogue.md"  # in the repository's checkout
 COMMAND = "python -m atlas.catalogue_doc --write"
@@ -71,7 +71,7 @@ def _anchor(entry: Entry) -> str:
 def _schema() -> duckdb.DuckDBPyConnection:
     """An empty store's tables (schema.sql), on which an entry's answer is bound, not run, for its columns."""
     con = duckdb.connect()
-    con.execute((resources.files("atlas") / "schema.sql").read_text())
+    con.execute(SCHEMA_FILE.read_text())
     return con
 
 

@@ -4,15 +4,17 @@ run and the differences to the first run.
 Keys: the columns the entry's header names (``-- keys: relation``, read into ``Entry.keys``), else layer and
 head where the answer has them (a NULL head is a layer's row, as in 'special tokens'). Answers per head or
 layer align only between runs of the same shape (layers x heads); other runs are refused in one line.
+
+This is the rule; the DuckDB shell's comparison macros (``atlas.macros``) write it in SQL for two runs, from the
+same keys, shape check and refusal, and the tests hold their rows equal to ``compare``'s.
 """
 
 from __future__ import annotations
 
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-import duckdb
 import polars as pl
 
 from atlas.catalogue import Entry
@@ -53,20 +55,34 @@ def key_columns(entry: Entry, columns: pl.DataFrame | Sequence[str]) -> tuple[st
     return keys
 
 
-def check_shapes(con: duckdb.DuckDBPyConnection, entry: Entry, keys: Sequence[str], runs: Sequence[str]) -> None:
-    """Refuse runs whose models differ in layers or heads, for an entry whose rows are heads or layers."""
-    if not set(keys) & set(HEAD_KEYS):
+def aligns_heads(keys: Sequence[str]) -> bool:
+    """Whether rows keyed so are heads or layers, which align only between runs of models of one shape."""
+    return bool(set(keys) & set(HEAD_KEYS))
+
+
+def shapes_differ(
+    entry: Entry, run: str, shape: tuple[object, object], first: str, first_shape: tuple[object, object]
+) -> str:
+    """The refusal of ``run`` (as the message names it), whose model's shape (layers, heads) is not that of the
+    first run's, for an entry whose rows are heads or layers; the shell's comparison macros say it with
+    placeholders for the runs and shapes (``atlas.macros``)."""
+    return (
+        f"{run}: its model has {shape[0]} layers x {shape[1]} heads, the model of {first} {first_shape[0]} x "
+        f"{first_shape[1]}; '{entry.name}' aligns runs on layer and head only where the shapes match"
+    )
+
+
+def check_shapes(
+    entry: Entry, keys: Sequence[str], runs: Sequence[str], shape: Callable[[str], tuple[int, int]]
+) -> None:
+    """Refuse runs whose models differ in layers or heads (``shape``: a run's), for an entry whose rows are heads or
+    layers."""
+    if not aligns_heads(keys):
         return
-    rows = con.execute("SELECT run_id, n_layers, n_heads FROM runs WHERE run_id IN ?", [list(runs)]).fetchall()
-    shapes = {run_id: (n_layers, n_heads) for run_id, n_layers, n_heads in rows}
-    first = shapes[runs[0]]
+    shapes = {run: shape(run) for run in runs}
     for run in runs[1:]:
-        if shapes[run] != first:
-            raise AtlasError(
-                f"{arg('runs', repr(run))}: its model has {shapes[run][0]} layers x {shapes[run][1]} heads, the model "
-                f"of {runs[0]} {first[0]} x {first[1]}; '{entry.name}' aligns runs on layer and head only where the "
-                "shapes match"
-            )
+        if shapes[run] != shapes[runs[0]]:
+            raise AtlasError(shapes_differ(entry, arg("runs", repr(run)), shapes[run], runs[0], shapes[runs[0]]))
 
 
 def compare(entry: Entry, frames: dict[str, pl.DataFrame]) -> pl.DataFrame:

@@ -31,7 +31,7 @@ def arg(name: str, value: object = None, *, query: bool = False) -> str:
 # the command line's words in a message, said by the API as its own: a command quoted whole, or an ingest's option
 _PHRASE = re.compile(
     r"'atlas ([a-z]+)((?: .*?)?)'(?!\w)"  # 'atlas distances --run R' (a value may hold a quote or a space)
-    r"|(?<![\w-])--(?:(dense)|(format) (conllu|glue|framenet|text|repeated)|(pack) (none|pair|window))\b"
+    r"|(?<![\w-])--(?:(dense)|(format) ([a-z][a-z0-9_]*)|(pack) (none|pair|window))\b"
 )
 _OPTION = re.compile(r"(?:^|\s+)--(?=[a-z])")  # where an option starts in a command
 _COMMANDS = {  # command -> the API's call
@@ -42,6 +42,13 @@ _COMMANDS = {  # command -> the API's call
 _OPTIONS = {"train": "train_run", "eval": "eval_run", "compare": "runs"}  # option -> the API's argument, if not alike
 _PLACEHOLDERS = {"RUN"}  # a value to be given
 _WITHOUT_VALUE = {"compare": "[...]"}  # an option named without its value: the API's argument, if not a flag (True)
+_FORMATS: set[str] = set()  # the corpus formats an ingest's --format takes (``said_as_format``)
+
+
+def said_as_format(name: str) -> None:
+    """Say ``--format name`` as the API's ``format='name'`` (the corpus readers' registry names each of its formats
+    here; another ``--format X``, an output's, stays as written)."""
+    _FORMATS.add(name)
 
 
 def literal(value: object) -> str:
@@ -68,6 +75,8 @@ def _api_phrase(match: re.Match[str]) -> str:
     to the next option its value."""
     if match.group(3):
         return _option("dense", None)
+    if match.group(4) and match.group(5) not in _FORMATS:  # --format csv: an output's, said as it is
+        return match.group(0)
     if match.group(4) or match.group(6):  # --format X, --pack X
         return _option(match.group(4), match.group(5)) if match.group(4) else _option(match.group(6), match.group(7))
     head, *options = _OPTION.split(match.group(2).strip())

@@ -38,11 +38,11 @@ from collections.abc import Sequence
 import duckdb
 
 from atlas.catalogue import RUN_PARAMS, Entry, Parameter, entries
-from atlas.compare import DIFF_DIGITS, HEAD_KEYS, key_columns
+from atlas.compare import DIFF_DIGITS, aligns_heads, key_columns, shapes_differ
 from atlas.errors import AtlasError
+from atlas.run_sql import LATEST_RUN
 
 LATEST = "the latest run"
-LATEST_SQL = "(SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1)"  # as Store.latest_run
 LITERAL = "atlas_literal"  # scalar macro: a value as SQL text ('x'::VARCHAR, '50'::INTEGER, NULL)
 _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $method: 'method' is a keyword
 # the DuckDB types of the columns polars calls numeric: a value column of one of them gets a difference
@@ -95,7 +95,7 @@ def _argument_sql(macro: str, p: Parameter) -> str:
     """SQL building the text that replaces ``$name``: the argument (macro parameter ``p.name``) as a literal;
     NULL: the latest run for a run parameter, an error for a required one."""
     if p.default == LATEST:
-        missing = _quote(LATEST_SQL)
+        missing = _quote(f"({LATEST_RUN})")
     elif p.default is None:
         missing = _quote(f"error({_quote(f'{macro}: {p.name} := ... is required')})")
     else:
@@ -223,11 +223,8 @@ def _compare_checks(entry: Entry, macro: str, keys: Sequence[str], arguments: di
     compared; else the error saying why, as atlas: a run not in the store, the same run twice, models of other
     shapes, the entry's other run parameters (``arguments``: all but run), then its needs, for a, then for b."""
     shapes = ""
-    if set(keys) & set(HEAD_KEYS):
-        message = (
-            f"{macro}: b := '{{}}': its model has {{}} layers x {{}} heads, the model of a := '{{}}' {{}} x {{}}; "
-            f"'{entry.name}' aligns runs on layer and head only where the shapes match"
-        )
+    if aligns_heads(keys):
+        message = f"{macro}: " + shapes_differ(entry, "b := '{}'", ("{}", "{}"), "a := '{}'", ("{}", "{}"))
         shapes = (
             "WHEN ra.n_layers <> rb.n_layers OR ra.n_heads <> rb.n_heads THEN error(format("
             f"{_quote(message)}, i.b, rb.n_layers, rb.n_heads, i.a, ra.n_layers, ra.n_heads)) "

@@ -5,7 +5,7 @@ of every head in both directions: channel k < K is attention from j to i in head
 attention from i to j (K = layers x heads), the released probe's channel order. Word level as in
 Clark et al.: attention TO a split word is the sum over its pieces, FROM it the mean over its pieces (its first
 piece's row where the run's word_rows is 'first'); [CLS] and all [SEP] tokens are units of their own; a word
-without pieces (text as written, ``ingest.align``) attends and is attended to by nothing (zeros). The ROOT
+without pieces (text as written, ``atlas.ingestion.align``) attends and is attended to by nothing (zeros). The ROOT
 candidate is scored from the attention between the word and [CLS] and [SEP] (two learned scalars shared by all
 heads, see ``probe_models``); by role (tokens.role): the cls or bos token, and the other special tokens (sep,
 eos), 0 where there is none.

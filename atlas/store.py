@@ -51,10 +51,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from atlas.errors import AtlasError, arg
-from atlas.files import check_folders_above
+from atlas.files import check_folders_above, writing_to
 from atlas.macros import macros_state, write_macros
 
-SCHEMA_FILE = resources.files("atlas") / "schema.sql"  # the repository's schema.sql, installed in atlas/
+# the repository's schema.sql, beside queries/ there and in the installed package (atlas/schema.sql)
+SCHEMA_FILE = resources.files("atlas.queries").parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
 PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place
@@ -63,7 +64,8 @@ SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a 
 # then every input was laid out as [CLS] a [SEP] (b [SEP]) with those literal strings in tokens.special, so
 # the roles follow from them and position 0 was always [CLS].
 # attn_rows.to_first is also NULL in newer files where position 0 is the input's only cls/bos token (it is
-# to_cls there; see ingest.sparsify). atlas.api's POLARS_DERIVED is the same for Atlas.table's scans of the files.
+# to_cls there; see atlas.ingestion.sparsify). The same SQL derives them on Spark (atlas.spark.tables, through sqlglot)
+# and in Atlas.table's Polars scans of the files (polars.sql_expr).
 OLDER_RUNS = {
     ("tokens", "role"): "coalesce(role, CASE special WHEN '[CLS]' THEN 'cls' WHEN '[SEP]' THEN 'sep' END) AS role",
     ("attn_rows", "to_first"): "coalesce(to_first, to_cls) AS to_first",
@@ -481,6 +483,66 @@ class Store:
             _PENDING[self.root.absolute()].append((pending, final))
             write_parquet(to_table(table, columns, n_rows), pending)
 
+    def publish(self, run_id: str, run_row: dict[str, object], tables: tuple[str, ...]) -> None:
+        """Make a staged run (``staging/<run_id>``, its chunks written) visible: its ``runs`` row written, an empty
+        file for each of ``tables`` that has none (every table has a file), and the staging folder renamed into
+        ``data/``, one atomic step (the views read data/*/<table>/*.parquet: the run is visible from then on)."""
+        staging = self.staging / run_id
+        write_parquet(to_table("runs", run_row, 1), staging / "runs" / "part-00000.parquet")
+        for name in tables:
+            if not any((staging / name).glob("*.parquet")):
+                write_parquet(to_table(name, {}, 0), staging / name / "part-00000.parquet")
+        self.data.mkdir(parents=True, exist_ok=True)
+        staging.rename(self.data / run_id)
+
+    def export(
+        self, con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None = None, progress: bool = True
+    ) -> dict[str, int]:
+        """Write every table read through ``con`` (or only ``run_id``'s rows) as ``out/<table>.parquet``; returns
+        the rows per table. The files appear together, when all are written: an export that fails or is stopped
+        leaves ``out`` as it was. ``progress``: a progress bar over the rows."""
+        from tqdm import tqdm
+
+        where, args = ("WHERE run_id = ?", [run_id]) if run_id is not None else ("", [])
+        given = arg("out", repr(str(out)))
+        if out.exists() and not out.is_dir():
+            raise AtlasError(f"{given}: is a file; name a folder to write the tables into")
+        if any(out.resolve().is_relative_to(inside.resolve()) for inside in (self.data, self.staging)):
+            raise AtlasError(
+                f"{given}: inside the store's runs ({self.data}; the store would read the files as a run's); "
+                "name a folder outside them"
+            )
+        check_folders_above(out, given)
+        for name in table_schemas():
+            if (out / f"{name}.parquet").is_dir():
+                raise AtlasError(f"{given}: '{out / name}.parquet' is a folder; the export would write a file there")
+        tmps = {name: out / f".{name}.parquet.tmp" for name in table_schemas()}
+        rows = sum(con.execute(f"SELECT count(*) FROM {name} {where}", args).fetchone()[0] for name in tmps)
+        made = not out.exists()
+        with writing_to(given):
+            out.mkdir(parents=True, exist_ok=True)
+        written: dict[str, int] = {}
+        bar = tqdm(total=rows, desc="export", unit="row", unit_scale=True, disable=not progress, leave=False)
+        try:
+            with writing_to(given):
+                for name, tmp in tmps.items():
+                    reader = con.execute(f"SELECT * FROM {name} {where}", args).to_arrow_reader()
+                    with pq.ParquetWriter(tmp, reader.schema, compression="zstd") as writer:
+                        written[name] = 0
+                        for batch in reader:
+                            writer.write_batch(batch)
+                            written[name] += batch.num_rows
+                            bar.update(batch.num_rows)
+                for name, tmp in tmps.items():
+                    tmp.replace(out / f"{name}.parquet")
+        finally:
+            bar.close()
+            for tmp in tmps.values():
+                tmp.unlink(missing_ok=True)
+            if made and out.is_dir() and not any(out.iterdir()):
+                out.rmdir()
+        return written
+
     def remove_if_empty(self) -> None:
         """Undo ``create`` for a store that never received a run."""
         if self.run_ids() or self.unfinished_runs():
@@ -527,9 +589,3 @@ class Store:
                 path.rename(trash)  # invisible from here on
                 shutil.rmtree(trash)
         return {run_id: what for run_id, (_, what) in found.items()}
-
-    def latest_run(self, con: duckdb.DuckDBPyConnection) -> str:
-        row = con.execute("SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1").fetchone()
-        if row is None:
-            raise AtlasError(f"{self.named}: the store holds no run yet")
-        return row[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from atlas.ingestion.glue_tsv import load_split, task_spec  # noqa: E402
+from atlas.ingestion.readers.glue_tsv import load_split, task_spec  # noqa: E402
 from atlas.tasks.ablate import sweep  # noqa: E402
 from atlas.tasks.classifier import encode, load_task_model  # noqa: E402
 

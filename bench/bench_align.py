@@ -3,15 +3,15 @@
     python bench/bench_align.py CORPUS.conllu [CORPUS.conllu ...] [--max-length 512] [--text written|words]
         [--repeat 7] [--no-freeze]
 
-Times ``ingest.pipeline.chunks`` over each corpus (read the CoNLL-U file, tokenize and align each sentence to the
-model's pieces, group the sentences into inputs), nothing else (no model, no store), with the embedded default
+Times ``atlas.ingestion.pipeline.chunks`` over each corpus (read the CoNLL-U file, tokenize and align each sentence to
+the model's pieces, group the sentences into inputs), nothing else (no model, no store), with the embedded default
 model's tokenizer (``load_model(None)``: all-MiniLM-L6-v2, BERT's WordPiece), for ``--pack none`` against
 ``--pack window`` at the same ``--max-length``. The two run by turns, ``--repeat`` times each (the first of each
 after one untimed warm-up run), and the medians of wall and process CPU seconds are printed with their ratio
 window / none (wall seconds on a shared machine move with its load; CPU seconds are steadier). Each line also
 gives the inputs made and their pieces, so that runs of other code can be checked to group alike. As in an ingest
-(``ingest.pipeline``), the objects alive before the timed runs (the model, the modules) are kept out of the cyclic
-garbage collector's full collections (``gc.freeze``); ``--no-freeze`` leaves them in.
+(``atlas.ingestion.pipeline``), the objects alive before the timed runs (the model, the modules) are kept out of the
+cyclic garbage collector's full collections (``gc.freeze``); ``--no-freeze`` leaves them in.
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
 from atlas.ingestion.examples import Inputs  # noqa: E402
 from atlas.ingestion.pipeline import Settings, chunks  # noqa: E402
-from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 
 PACKS = ("none", "window")
@@ -38,7 +37,7 @@ PACKS = ("none", "window")
 
 def run_once(lm: LoadedModel, corpus: CorpusInfo, settings: Settings) -> tuple[float, float, int, int]:
     """Wall and CPU seconds of reading, aligning and grouping the whole corpus; the inputs and their pieces."""
-    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
     wall, cpu = time.perf_counter(), time.process_time()
     n_inputs = n_tokens = 0
     for block in chunks(corpus, lm, settings, inputs):

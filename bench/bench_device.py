@@ -16,8 +16,8 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
    memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, the sum of
    the rows' hashes and each column's); with --profile, one more ingest under torch's profiler: the operators and
    kernels by the device's time;
-4. ``## stages``: one more ingest with each stage timed (ingest.stages: the device waited for at each stage's end,
-   so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
+4. ``## stages``: one more ingest with each stage timed (atlas.ingestion.stages: the device waited for at each stage's
+   end, so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
    to more than its wall time): reading and aligning, the model, the row work on the device, the copies to the
    host, the tables, the writing, the main thread waiting for the writers, and the device waiting for the host
    (the gaps between the model's forward batches); each also per token and per attention row; then the host's
@@ -53,13 +53,13 @@ from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
 from atlas.ingestion.device import resolve_device, resolve_dtype  # noqa: E402
 from atlas.ingestion.examples import Inputs  # noqa: E402
 from atlas.ingestion.pipeline import _budget, _prepare_chunk, chunks, ingest  # noqa: E402
-from atlas.ingestion.repeated import Repeated  # noqa: E402
+from atlas.ingestion.readers import reader  # noqa: E402
+from atlas.ingestion.readers.base import CorpusOptions  # noqa: E402
 from atlas.ingestion.run_id import Settings  # noqa: E402
 from atlas.ingestion.stages import WAITING, timing  # noqa: E402
 from atlas.model.capture import reading_rows, recording  # noqa: E402
 from atlas.model.forward import model_inputs  # noqa: E402
 from atlas.model.identity import config_overrides  # noqa: E402
-from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 
@@ -97,7 +97,7 @@ def prepared(lm: LoadedModel, corpus: CorpusInfo, settings: Settings) -> tuple[l
     for an input read by rows, its blocks' bounds); the seconds that took; the inputs' attention weights."""
     device = resolve_device(settings.device)
     start = time.perf_counter()
-    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
     budget = _budget(lm, settings)
     batches, weights = [], 0
     for block in chunks(corpus, lm, settings, inputs):
@@ -150,9 +150,11 @@ def sdpa_bfloat16(lm: LoadedModel, batches: list, device: torch.device, passes: 
 
 
 def corpus_of(args: argparse.Namespace) -> CorpusInfo:
-    if args.format == "repeated":
-        return check_corpus(Path(Repeated(args.length, args.count, args.sample_seed).name), "repeated")
-    return check_corpus(args.corpus)
+    chosen = reader(args.format)
+    if chosen.takes_file:
+        return check_corpus(args.corpus, args.format)
+    drawn = CorpusOptions(length=args.length, count=args.count, sample_seed=args.sample_seed)
+    return check_corpus(chosen.corpus_path(None, drawn), args.format)
 
 
 def checksums(store: Store) -> dict[str, tuple]:
@@ -291,9 +293,8 @@ def main() -> None:
     lm.model.to(device)
     settings = replace(settings, max_length=settings.max_length or lm.max_positions)
     corpus = corpus_of(args)
-    name = corpus.name if args.format == "repeated" else args.corpus.name
     print(
-        f"# {name}: {corpus.n_sentences:,} sentences; model {lm.name}{' random init' if lm.random_init else ''} "
+        f"# {corpus.name}: {corpus.n_sentences:,} sentences; model {lm.name}{' random init' if lm.random_init else ''} "
         f"({lm.n_layers} x {lm.n_heads} heads, hidden {lm.model.config.hidden_size}); {settings.dtype}; device "
         f"{device}{' ' + torch.cuda.get_device_name(device) if device.type == 'cuda' else ''}; "
         f"{os.cpu_count()} CPU cores; pack {args.pack}, max length {args.max_length or lm.max_positions}"

@@ -50,15 +50,14 @@ from atlas.catalogue import resolve, run_entry  # noqa: E402
 from atlas.errors import AtlasError  # noqa: E402
 from atlas.ingestion.align import is_punct  # noqa: E402
 from atlas.ingestion.budget import budget_for  # noqa: E402
-from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import CorpusInfo, check_corpus  # noqa: E402
 from atlas.ingestion.device import resolve_device  # noqa: E402
 from atlas.ingestion.examples import Inputs  # noqa: E402
 from atlas.ingestion.pipeline import Settings, _batches, chunks, ingest  # noqa: E402
+from atlas.ingestion.readers.conllu import write_first_sentences  # noqa: E402
 from atlas.model.capture import recording  # noqa: E402
 from atlas.model.forward import attention_maps, model_inputs  # noqa: E402
 from atlas.model.identity import config_overrides  # noqa: E402
-from atlas.model.kinds import is_decoder  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 
@@ -94,7 +93,7 @@ def forward_pass(
     lengths: list[int] = []
     copy_wall = copy_cpu = 0.0
     wall, cpu = time.perf_counter(), time.process_time()
-    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
     for block in chunks(corpus, lm, settings, inputs):
         for batch in _batches([e for e in block if not e.skipped], lm.n_layers * lm.n_heads, budget.batch_weights):
             layouts = [inputs.layout(e) for e in batch]

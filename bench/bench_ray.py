@@ -31,10 +31,10 @@ import torch  # noqa: E402
 from bench_ingest import WARM_UP  # noqa: E402
 
 from atlas import api  # noqa: E402
-from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import check_corpus  # noqa: E402
 from atlas.ingestion.examples import Inputs  # noqa: E402
 from atlas.ingestion.pipeline import chunks  # noqa: E402
+from atlas.ingestion.readers.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.run_id import CHUNK_EXAMPLES, Settings  # noqa: E402
 from atlas.model.load import load_model  # noqa: E402
 from atlas.store import Store, table_schemas  # noqa: E402

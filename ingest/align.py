@@ -1,17 +1,17 @@
 """Stage 2: split corpus words into the model's pieces, through the fast tokenizer's offset mapping.
 
 A text (one sentence, or the sentences of a window) is tokenized as the tokenizer tokenizes any text, without
-special tokens (those come from its template, ``ingest.template``). What the text is, ``text``:
+special tokens (those come from its template, ``atlas.ingestion.template``). What the text is, ``text``:
 
 - ``written`` (the default): each sentence as written, what the model reads outside the corpus: a CoNLL-U
-  sentence's ``# text`` (else its words joined as ``SpaceAfter=No`` says; ``ingest.conllu``), a GLUE or raw-text
-  reader's raw string, spaCy's words placed on it by their character offsets. The sentences of a window are
+  sentence's ``# text`` (else its words joined as ``SpaceAfter=No`` says; ``atlas.ingestion.readers.conllu``), a GLUE or
+  raw-text reader's raw string, spaCy's words placed on it by their character offsets. The sentences of a window are
   joined by a single space. A piece belongs to the word holding its first character other than a space (a
   piece of spaces only, a lone 'Ġ' or '▁', to the word after it). So a piece whose characters span two words
   ('don' of "don't", split by UD as do + n't; 'cannot' of can + not) belongs to the first of them, and a word
   whose characters all lie in a piece of the word before gets no piece: the stored pieces are exactly the
   tokenizer's own pieces of the text. A word without pieces has no word-level row and is never a word-level
-  prediction (``ingest.sparsify``); an analysis that scores every word counts it as not predicted.
+  prediction (``atlas.ingestion.sparsify``); an analysis that scores every word counts it as not predicted.
 - ``words``: the words joined by single spaces (Clark et al.'s input: pre-tokenized words, their PTB setup).
   Each piece belongs to the word whose characters it covers (a piece of the space between two words, to the
   word after it); a piece covering characters of two words cannot be aligned: an ``AtlasError`` naming the
@@ -50,7 +50,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.tokenization_utils_tokenizers import TokenizersBackend
 
 from atlas.errors import AtlasError
-from atlas.ingestion.conllu import Sentence, Word
+from atlas.ingestion.readers.conllu import Sentence, Word
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ def _encode(tokenizer: PreTrainedTokenizerBase, texts: list[Text]) -> list[tuple
         [t.string for t in texts],
         add_special_tokens=False,
         return_offsets_mapping=True,
-        return_token_type_ids=False,  # not read: the template's are (ingest.template)
+        return_token_type_ids=False,  # not read: the template's are (atlas.ingestion.template)
         return_attention_mask=False,
     )
     return list(zip(texts, enc["input_ids"], enc["offset_mapping"], strict=True))

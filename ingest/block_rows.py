@@ -1,13 +1,13 @@
-"""Stage 4 for an input too long for its whole maps: the work per attention weight of ``ingest.sparsify`` done on
-each block of rows as the model computes it (``atlas.model.forward.stream_rows``), so that no layer's
+"""Stage 4 for an input too long for its whole maps: the work per attention weight of ``atlas.ingestion.sparsify`` done
+on each block of rows as the model computes it (``atlas.model.forward.stream_rows``), so that no layer's
 ``[heads, n, n]`` map is ever held, only ``[heads, rows, n]`` of it.
 
-The rows, edges and statistics are those of ``ingest.tensor_rows`` on the whole maps (tested on every family against
-the eager maps): a row's statistics and edges need that row alone; the received attention (a column sum) is summed
-over the blocks in float64; the word-level map is made of whole words' rows, since blocks end where a word does, and
-the word attending most to a word is the running maximum over the blocks (the first of equal weights, as over the
-whole map). A forward batch of one input, no padding. On a CPU ``ingest.cpu_rows.CpuBlockRows`` does this work in
-the compiled pass of the whole maps.
+The rows, edges and statistics are those of ``atlas.ingestion.tensor_rows`` on the whole maps (tested on every family
+against the eager maps): a row's statistics and edges need that row alone; the received attention (a column sum) is
+summed over the blocks in float64; the word-level map is made of whole words' rows, since blocks end where a word does,
+and the word attending most to a word is the running maximum over the blocks (the first of equal weights, as over the
+whole map). A forward batch of one input, no padding. On a CPU ``atlas.ingestion.cpu_rows.CpuBlockRows`` does this work
+in the compiled pass of the whole maps.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ Arrays = dict[str, np.ndarray]
 
 class BlockRows:
     """The rows of one input's attention, fed block by block (``bounds``, then ``rows`` for each block, layer after
-    layer), collected by ``result`` as ``ingest.tensor_rows.TensorRows`` gives them. ``block_weights``: attention
-    weights per block (heads x rows x n); a block holds at least one word's rows."""
+    layer), collected by ``result`` as ``atlas.ingestion.tensor_rows.TensorRows`` gives them. ``block_weights``:
+    attention weights per block (heads x rows x n); a block holds at least one word's rows."""
 
     def __init__(self, batch: RowBatch, block_weights: int) -> None:
         assert len(batch.lengths) == 1, "one input"

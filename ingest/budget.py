@@ -1,7 +1,7 @@
-"""How much attention the ingest holds at once: a forward batch's maps (every layer's, ``ingest.tensor_rows`` keeps
-them until the last is in), and, for an input whose maps alone exceed that, a block of its rows
-(``ingest.cpu_rows.CpuBlockRows``, ``ingest.block_rows``). On a CPU fixed numbers (tuned there: see
-``ingest.pipeline``); on CUDA sized from the device's free memory once the model is on it."""
+"""How much attention the ingest holds at once: a forward batch's maps (every layer's, ``atlas.ingestion.tensor_rows``
+keeps them until the last is in), and, for an input whose maps alone exceed that, a block of its rows
+(``atlas.ingestion.cpu_rows.CpuBlockRows``, ``atlas.ingestion.block_rows``). On a CPU fixed numbers (tuned there: see
+``atlas.ingestion.pipeline``); on CUDA sized from the device's free memory once the model is on it."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class Budget:
 
     @property
     def work_weights(self) -> int:
-        """Beside an accelerator, the weights whose rows are computed at once (ingest.tensor_rows): half a block,
-        since a batch's rows are computed while the next batch runs."""
+        """Beside an accelerator, the weights whose rows are computed at once (atlas.ingestion.tensor_rows): half a
+        block, since a batch's rows are computed while the next batch runs."""
         return self.block_weights // 2
 
 

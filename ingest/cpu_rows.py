@@ -1,17 +1,17 @@
-"""Stage 4 on a CPU: the work per attention weight of ``ingest.sparsify`` compiled (numba) into one pass over each
-attention row, in parallel over a batch's inputs and heads.
+"""Stage 4 on a CPU: the work per attention weight of ``atlas.ingestion.sparsify`` compiled (numba) into one pass over
+each attention row, in parallel over a batch's inputs and heads.
 
-The tensor operations of ``ingest.tensor_rows`` make a dozen passes over every weight, most of them writing a
+The tensor operations of ``atlas.ingestion.tensor_rows`` make a dozen passes over every weight, most of them writing a
 temporary as large as the maps: cheap on an accelerator, on a CPU 40 ns per weight, a fifth to a third of the
 forward pass. Here a row is read a few times while it is in the cache and nothing as large as the maps is
 written (on one core 5 ns per weight of 128-piece windows, 9 of one-sentence inputs, where the work per row
 weighs more; UD GUM and EWT dev). The results are those of the tensor operations (tested against them): the same
 edges, argmaxes and word-level predictions; the word-level map summed in the same order (token
 order, float32), the entropy, masses and received attention in float64. Rounding to the stored precision is
-``ingest.sparsify``'s, after this.
+``atlas.ingestion.sparsify``'s, after this.
 
-An input too long for its whole maps (``ingest.block_rows``) goes through the same pass a block of rows at a time
-(``CpuBlockRows``). With the tensor operations there, two 4,097-token inputs (4 layers, 8 heads) took 22 to 26 s of
+An input too long for its whole maps (``atlas.ingestion.block_rows``) goes through the same pass a block of rows at a
+time (``CpuBlockRows``). With the tensor operations there, two 4,097-token inputs (4 layers, 8 heads) took 22 to 26 s of
 row work against the model's 9 to 11 s, their temporaries mapped and unmapped for every block to keep the heap from
 growing around the small tensors kept of each block; here 2.0 to 2.4 s, and nothing of a block is kept but its
 rows (bench/RESULTS.md).
@@ -29,7 +29,7 @@ import torch
 
 from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 
-# what ingest.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
+# what atlas.ingestion.sparsify's BatchRows needs from here: (stats, words, edges, counts) of a batch
 Arrays = dict[str, np.ndarray]
 KEPT = EDGE_COLUMNS[1:]  # an input read by rows: its edges' columns kept block after block (the layer: from where)
 
@@ -292,7 +292,7 @@ def _word_predictions(to_words, first_row, past_row, start, stop, nw, row, col_m
     ``to_words``), and for every word the other word it attends to most and, so far, the other word attending to
     it most (the first of equal weights: ``col_max`` and ``col_best``, kept from the rows before, int32: vectorised
     beside the float32 weights); ``row``: a working array of ``nw``. A word without pieces (``gaps``: the input has
-    one) is never a prediction; its own are filler (``ingest.sparsify`` drops its rows)."""
+    one) is never a prediction; its own are filler (``atlas.ingestion.sparsify`` drops its rows)."""
     for u in range(nw):
         first, past = start[u], stop[u]
         if past == first:
@@ -374,7 +374,7 @@ class CpuRows:
         rows_of, word_rows = lh * n, lh * np.asarray(batch.word_rows, dtype=np.int64)  # each input's
         self.row_offsets, self.word_offsets = np.cumsum(rows_of) - rows_of, np.cumsum(word_rows) - word_rows
         n_rows, n_word_rows = int(rows_of.sum()), int(word_rows.sum())
-        # float64 sums stored as float32, as ingest.sparsify would round them
+        # float64 sums stored as float32, as atlas.ingestion.sparsify would round them
         self.stats = {
             "entropy": np.empty(n_rows, dtype=np.float32),
             "argmax_tok": np.empty(n_rows, dtype=POSITION_TYPE),
@@ -448,8 +448,8 @@ class CpuRows:
 
 class CpuBlockRows(CpuRows):
     """``CpuRows`` for one input read by rows (``atlas.model.forward.stream_rows``): each layer's rows come a block
-    at a time (``bounds``, then ``rows`` for each block, layer after layer), as ``ingest.block_rows.BlockRows`` takes
-    them on an accelerator, and go through the same compiled pass as whole maps do: the same rows, word rows and
+    at a time (``bounds``, then ``rows`` for each block, layer after layer), as ``atlas.ingestion.block_rows.BlockRows``
+    takes them on an accelerator, and go through the same compiled pass as whole maps do: the same rows, word rows and
     edges. Nothing as large as a block is allocated per block: the edges of each block are appended to columns
     that grow by doubling."""
 

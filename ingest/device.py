@@ -3,7 +3,7 @@
 The model, its inputs, the attention maps and all work per attention weight live on the chosen device;
 only the rows written to the store cross to the host. torch is imported only where a question needs it, so that
 ``resolve_dtype`` tells a run's dtype without it where it can (an ingest already in the store is found without
-importing torch: ``ingest.run_id.ingested_run``).
+importing torch: ``atlas.ingestion.run_id.ingested_run``).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ Packing modes:
   BERT's ``[CLS] a [SEP] b [SEP]``, RoBERTa's ``<s> a </s></s> b </s>``, GPT-2's ``a b``).
 - ``window``: as many consecutive sentences of a document as fit, as one text (long documents are
   windowed sentence by sentence); the window's pieces are those of its sentences as one text (as written:
-  joined by single spaces; ``words``: all their words joined by single spaces; see ``ingest.align``),
+  joined by single spaces; ``words``: all their words joined by single spaces; see ``atlas.ingestion.align``),
   assembled from each sentence's pieces, tokenized once as a text of its own and at most once more after the
-  joining space, where ``ingest.align.Joining`` proves that the same; else the window is tokenized as one text.
+  joining space, where ``atlas.ingestion.align.Joining`` proves that the same; else the window is tokenized as one text.
 An input longer than ``max_length`` is never truncated: a sentence that does not fit alone is skipped,
 recorded with ``skipped = true``, and counted (a GLUE example, its two texts together). Lengths count the
 template's special tokens.
@@ -25,10 +25,9 @@ from transformers import PreTrainedTokenizerBase
 
 from atlas.errors import AtlasError
 from atlas.ingestion.align import AlignedSentence, Joining, Pieces, align_texts, continuations, joined_pieces, text_of
-from atlas.ingestion.conllu import Mention, Sentence, Word
+from atlas.ingestion.readers.conllu import Mention, Sentence, Word
 from atlas.ingestion.template import Template, read_template
 
-PACK_MODES = ("none", "pair", "window")
 AHEAD = 64  # sentences whose pieces after the joining space are tokenized in one call (--pack window)
 After = Pieces | AtlasError | None  # a sentence's pieces after a window's joining space (Inputs.continuations)
 
@@ -70,14 +69,14 @@ class Layout:
     #   else 0 up to the end of the first text and the special tokens right after it, 1 from the second text on
     token_word: list[int | None]  # example word index of each token; None for a special token
     special: list[str | None]  # the special token's string ('[CLS]', '<s>', ...), None for a word's piece
-    role: list[str | None]  # the special token's role (ingest.template), None for a word's piece
+    role: list[str | None]  # the special token's role (atlas.ingestion.template), None for a word's piece
     text: list[str]  # the corpus characters of each piece ('' for a special token)
 
 
 @dataclass
 class Inputs:
     """How a model's inputs are made from sentences: its tokenizer, its template, the corpus (for errors) and
-    what of a sentence the model reads (``written`` or ``words``, ``ingest.align``)."""
+    what of a sentence the model reads (``written`` or ``words``, ``atlas.ingestion.align``)."""
 
     tokenizer: PreTrainedTokenizerBase
     template: Template
@@ -91,8 +90,8 @@ class Inputs:
         return cls(tokenizer, read_template(tokenizer, decoder), path, mode)
 
     def continuations(self, sentences: list[AlignedSentence]) -> list[After]:
-        """Each sentence's pieces as a later sentence of a window (``ingest.align.continuations``): None where a
-        window holding it is tokenized as one text."""
+        """Each sentence's pieces as a later sentence of a window (``atlas.ingestion.align.continuations``): None where
+        a window holding it is tokenized as one text."""
         if self._joining is None:
             self._joining = Joining.of(self.tokenizer)
         return continuations(self.tokenizer, self._joining, sentences, self.path, self.mode)

@@ -35,9 +35,9 @@ from atlas.ingestion.ahead import read_ahead
 from atlas.ingestion.budget import Budget, budget_for
 from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
-from atlas.ingestion.examples import PACK_MODES, Example, Inputs, Layout, group_examples
-from atlas.ingestion.repeated import Repeated, check_fits
-from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, check_settings, run_id_for
+from atlas.ingestion.examples import Example, Inputs, Layout, group_examples
+from atlas.ingestion.readers import reader
+from atlas.ingestion.run_id import STORED_WEIGHTS, Settings, run_id_for
 from atlas.ingestion.sparsify import BatchRows
 from atlas.ingestion.stages import stage, staged
 from atlas.ingestion.write import (
@@ -55,9 +55,9 @@ from atlas.ingestion.write import (
 )
 from atlas.model.capture import reads_rows
 from atlas.model.forward import stream_attention, stream_rows
-from atlas.model.kinds import END_ROLES, START_ROLES, is_decoder
+from atlas.model.kinds import END_ROLES, START_ROLES
 from atlas.model.load import LoadedModel
-from atlas.store import Store, to_table, write_parquet
+from atlas.store import Store
 from atlas.version import __version__
 
 # oneDNN (torch's CPU kernels) keeps the code it compiles for each shape of a forward batch, 1,024 shapes by
@@ -304,7 +304,7 @@ def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inpu
     the same for every engine (chunk i is staged as part-i files and marked done by ``done_marker``)."""
     sentences = read_aligned(corpus, lm.tokenizer, settings.max_length, text=settings.text)
     inputs = replace(inputs, mode=settings.text)  # windows are tokenized as the sentences are
-    examples = group_examples(sentences, settings.pack, settings.max_length, inputs, whole=corpus.fmt == "glue")
+    examples = group_examples(sentences, settings.pack, settings.max_length, inputs, whole=reader(corpus.fmt).whole)
     while block := list(islice(examples, settings.chunk_examples)):
         yield block
 
@@ -322,7 +322,8 @@ def stage_chunk(
     lm: LoadedModel, inputs: Inputs, run_id: str, chunk: int, examples: list[Example], settings: Settings, staging: Path
 ) -> dict[str, int]:
     """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
-    marker) and return its counts: the unit of work of an engine that runs chunks elsewhere (``ingest.ray_engine``)."""
+    marker) and return its counts: the unit of work of an engine that runs chunks elsewhere
+    (``atlas.ingestion.ray_engine``)."""
     with tqdm(disable=True) as bar:
         ready = _prepare_chunk(lm, inputs, run_id, examples, settings, _budget(lm, settings))
         rows = _run_chunk(lm, ready, settings, _Progress(bar))
@@ -370,7 +371,7 @@ def _stage_chunks(
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
-    inputs = Inputs.of(lm.tokenizer, is_decoder(lm.model.config), corpus.path)
+    inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
     # A chunk's tables are written in a second thread. On a CPU the model's threads keep every core busy and anything
     # beside them stalls them: the writing overlaps only the reading and preparing of the next chunk (what needs no
     # model: layouts, token and word rows) and the model waits for it (UD EWT dev, medians of 3-4 runs by turns in
@@ -455,19 +456,14 @@ def ingest(
     progress: bool = True,
     stage: Stager | None = None,
 ) -> IngestResult:
-    """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store; ``stage``: another engine's
-    staging of the chunks (``ingest.ray_engine``) instead of this process's."""
-    if settings.pack not in PACK_MODES:
-        raise AtlasError(f"{arg('pack', repr(settings.pack))}: expected one of {', '.join(PACK_MODES)}")
-    check_settings(settings)
+    """Add a run of ``lm`` over a checked corpus (see ``check_corpus``) to the store, with ``settings`` as
+    ``check_settings`` passes them (``atlas.ingestion.options.plan`` checks them before the model loads); ``stage``:
+    another engine's staging of the chunks (``atlas.ingestion.ray_engine``) instead of this process's."""
     max_length = lm.max_positions if settings.max_length is None else settings.max_length
     if max_length > lm.max_positions:
         raise AtlasError(f"{arg('max_length', max_length)}: the model takes inputs of 3 to {lm.max_positions} pieces")
-    if corpus.fmt == "repeated":  # before the staging and the progress bar
-        model_limit = lm.name if settings.max_length is None else ""
-        check_fits(Repeated.parse(corpus.path.name), lm.tokenizer, max_length, model_limit)
-    if stage is None:  # an unknown or absent device: refused before anything runs (Ray's workers find their own)
-        resolve_device(settings.device)
+    model_limit = lm.name if settings.max_length is None else ""  # before the staging and the progress bar
+    reader(corpus.fmt).check_fits(corpus, lm.tokenizer, max_length, model_limit)
     settings = replace(settings, max_length=max_length)
     run_id = run_id_for(corpus, lm, settings)
     if (store.data / run_id).is_dir():
@@ -547,11 +543,6 @@ def _stage_and_publish(
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
     }
-    write_parquet(to_table("runs", run_row, 1), staging / "runs" / "part-00000.parquet")
-    for name in EXAMPLE_TABLES:  # every table has a file, even when empty
-        if not any((staging / name).glob("*.parquet")):
-            write_parquet(to_table(name, {}, 0), staging / name / "part-00000.parquet")
     shutil.rmtree(staging / "done")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    staging.rename(final)  # the views read data/*/<table>/*.parquet: the run is visible from here on
+    store.publish(run_id, run_row, EXAMPLE_TABLES)  # the run is visible from here on
     return IngestResult(run_id, False, totals["examples"], totals["skipped"], totals["edges"])

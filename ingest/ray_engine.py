@@ -30,9 +30,9 @@ from ray.exceptions import RayError
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.corpus_info import CorpusInfo
 from atlas.ingestion.examples import Example, Inputs
 from atlas.ingestion.pipeline import chunks, done_marker, read_marker, stage_chunk
+from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.ingestion.run_id import Settings
 from atlas.model.load import LoadedModel, load_model
 

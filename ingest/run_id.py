@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Protocol
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.corpus_info import CorpusInfo, sha256_of
-from atlas.ingestion.glue_tsv import task_spec
-from atlas.ingestion.repeated import Repeated
+from atlas.ingestion.readers import reader
+from atlas.ingestion.readers.base import CorpusOptions
+from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.model.identity import DEFAULT_MODEL, model_identity
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
@@ -22,12 +22,11 @@ MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting
 MAX_EDGES_MOST = 2**31 - 1  # the largest cap a run records (runs.max_edges is an INTEGER)
 STORED_WEIGHTS = "1/256"  # runs.weight_precision of a sparse run: edge and word weights in steps of 1/256
 SPARSE_ROWS = "entropy 2**-17"  # what else a sparse run rounds (part of its id: a store of other roundings differs)
-DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see ingest.device)
-TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see ingest.align)
-WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see ingest.sparsify)
-# --dtype: the weights' dtype; auto: bfloat16 where the model runs on CUDA, else float32 (see ingest.device)
-# a GLUE run's examples are whole (a pair longer than max_length skipped, not split in two as earlier runs did)
-GLUE_WHOLE = ["glue examples", "whole"]
+DEVICES = ("auto", "cpu", "cuda", "mps")  # --device (see atlas.ingestion.device)
+PACK_MODES = ("none", "pair", "window")  # --pack: sentences per input (see atlas.ingestion.examples)
+TEXTS = ("written", "words")  # --text: what a model reads of a sentence (see atlas.ingestion.align)
+WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces attends (see atlas.ingestion.sparsify)
+# --dtype: the weights' dtype; auto: bfloat16 where the model runs on CUDA, else float32 (see atlas.ingestion.device)
 ID_BYTES = 255  # a run id names its folders: no longer than a file name may be
 HASH_CHARS = 10  # the hex digits of the hash that ends a run id
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -43,7 +42,7 @@ class Settings:
     device: str = "auto"  # where the model and the work per attention weight run (not part of the run id)
     text: str = "written"  # what the model reads of a sentence: as written, or its words joined by spaces
     word_rows: str = "mean"  # a word's row of the word-level map: the mean of its pieces' rows, or its first's
-    dtype: str = "float32"  # the weights' dtype, resolved (never 'auto': see ingest.device.resolve_dtype)
+    dtype: str = "float32"  # the weights' dtype, resolved (never 'auto': see atlas.ingestion.device.resolve_dtype)
 
 
 def number_text(value: float) -> str:
@@ -52,7 +51,8 @@ def number_text(value: float) -> str:
 
 
 def check_device_name(name: str) -> None:
-    """Refuse a ``--device`` that is none of ``DEVICES`` (whether torch sees it is ``ingest.device``'s question)."""
+    """Refuse a ``--device`` that is none of ``DEVICES`` (whether torch sees it is ``atlas.ingestion.device``'s
+    question)."""
     if name not in DEVICES:
         raise AtlasError(f"{arg('device', repr(name))}: expected one of {', '.join(DEVICES)}")
 
@@ -66,6 +66,8 @@ def check_dtype_name(name: str) -> None:
 def check_settings(settings: Settings) -> None:
     """Refuse numbers out of range, before any model is loaded (the model's own longest input is checked once
     it is loaded)."""
+    if settings.pack not in PACK_MODES:
+        raise AtlasError(f"{arg('pack', repr(settings.pack))}: expected one of {', '.join(PACK_MODES)}")
     if settings.kept_mass is not None and not 0 < settings.kept_mass <= 1:
         raise AtlasError(f"{arg('kept_mass', number_text(settings.kept_mass))}: expected a share above 0 and at most 1")
     if settings.max_length is not None and settings.max_length < 3:
@@ -79,7 +81,9 @@ def check_settings(settings: Settings) -> None:
     if settings.word_rows not in WORD_ROWS:
         raise AtlasError(f"{arg('word_rows', repr(settings.word_rows))}: expected one of {', '.join(WORD_ROWS)}")
     if settings.dtype == "auto":  # the run id takes the dtype the weights are loaded in
-        raise AtlasError(f"{arg('dtype', repr('auto'))}: resolved with the device first (ingest.device.resolve_dtype)")
+        raise AtlasError(
+            f"{arg('dtype', repr('auto'))}: resolved with the device first (atlas.ingestion.device.resolve_dtype)"
+        )
     check_dtype_name(settings.dtype)
 
 
@@ -96,19 +100,17 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
     """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text, word-row
     and dtype settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
     the mean of the pieces' rows, float32 weights), so that those runs keep their ids; a drawn corpus (repeated)
-    has no text. A GLUE run's key says its examples are whole (``GLUE_WHOLE``): earlier versions split a pair longer
-    than max_length in two, and their runs keep other ids. A loaded model (``LoadedModel.dtype``) must be in the
-    settings' dtype."""
+    has no text. What else of the corpus is hashed is its reader's (``Reader.run_key``: a GLUE run's says its
+    examples are whole). A loaded model (``LoadedModel.dtype``) must be in the settings' dtype."""
     loaded = getattr(lm, "dtype", settings.dtype)
     if loaded != settings.dtype:
         raise ValueError(f"the model is loaded in {loaded}, the settings say {settings.dtype}")
-    texts = settings.text != "words" and corpus.fmt != "repeated"
+    read = reader(corpus.fmt)
+    texts = settings.text != "words" and read.has_text
     key = json.dumps(
         [
             corpus.sha256,
-            *([corpus.fmt, corpus.task] if corpus.fmt != "conllu" else []),
-            *([GLUE_WHOLE] if corpus.fmt == "glue" else []),
-            *([corpus.sample, corpus.sample_seed] if corpus.fmt == "text" else []),
+            *read.run_key(corpus),
             lm.model_hash,
             lm.random_init,
             lm.seed,
@@ -130,9 +132,7 @@ def _readable_part(corpus: CorpusInfo, name: str, random_init: bool, seed: int) 
     """The start of a run id: the corpus file, the model's name and the random init's seed."""
     model = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name.rstrip("/")).name)
     suffix = f"-random{seed}" if random_init else ""
-    stem = f"{corpus.task}-{corpus.path.stem}" if corpus.fmt == "glue" else corpus.path.stem
-    if corpus.fmt == "repeated":  # no file: named by its settings
-        stem = Repeated.parse(corpus.path.name).stem
+    stem = reader(corpus.fmt).run_stem(corpus)
     if len(f"{stem}__{model}{suffix}__".encode()) + HASH_CHARS > ID_BYTES:  # ids that fit are as they always were
         stem, model = _cut(stem, ID_BYTES // 2 - 28), _cut(model, ID_BYTES // 2 - 28)
     return f"{stem}__{model}{suffix}__"
@@ -159,19 +159,21 @@ def ingested_run(
     """The id of the run under ``data`` (the store's data folder) that ingesting ``corpus`` with ``model`` and
     ``settings`` would give, when it is there; None when it is not, or when telling takes loading the model.
     ``config``: overrides of a random init's config (``load_model``'s ``config_overrides``); ``settings.dtype``
-    is the resolved dtype (``ingest.device.resolve_dtype``).
+    is the resolved dtype (``atlas.ingestion.device.resolve_dtype``).
 
     The id is ``run_id_for``'s over the corpus's sha256 and the model's identity (``model_identity``), as the
     ingest computes it; the corpus is not read further, since a run holds only a corpus that passed its check.
     Neither is hashed when no run of the store starts as this one's id would.
     """
-    drawn = fmt == "repeated"  # no file: ``corpus`` is its name (ingest.repeated), its sha256 that of the name
-    if not data.is_dir() or not drawn and not corpus.is_file() and not corpus.is_dir():
+    read = reader(fmt)  # a drawn corpus has no file: ``corpus`` is its name, its sha256 that of the name
+    if not data.is_dir() or read.takes_file and not corpus.is_file() and not corpus.is_dir():
         return None
-    if sample is not None and fmt != "text" or fmt == "glue" and not task:
+    if any(option not in read.options for option in CorpusOptions(task=task, sample=sample).given()):
         return None  # refused by the corpus check
-    glue_task = task_spec(task).name if fmt == "glue" else None
-    info = CorpusInfo(corpus, "", 0, fmt, glue_task, *((sample, sample_seed) if fmt == "text" else ()))
+    try:
+        info = read.info(corpus, CorpusOptions(task=task, sample=sample, sample_seed=sample_seed))
+    except AtlasError:
+        return None  # refused by the corpus check (a GLUE file without its task)
     start = _readable_part(info, model or DEFAULT_MODEL, random_init, seed)
     if not any(p.name.startswith(start) for p in data.iterdir()):
         return None  # no run of this corpus and model: neither is hashed
@@ -179,6 +181,6 @@ def ingested_run(
     if lm is None or (not settings.max_length and lm.max_positions is None):
         return None
     max_length = settings.max_length or lm.max_positions
-    info = replace(info, sha256=Repeated.parse(corpus.name).info().sha256 if drawn else sha256_of(corpus))
+    info = read.with_sha256(info)
     run_id = run_id_for(info, lm, replace(settings, max_length=max_length))
     return run_id if (data / run_id).is_dir() else None

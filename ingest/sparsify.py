@@ -1,9 +1,9 @@
 """Stage 4: turn a forward batch's attention into store rows, for the whole batch at once.
 
 The maps come as one tensor ``[batch, heads, n, n]`` per layer (padded to the batch's longest input). The work per
-weight runs where the maps are: on a CPU in one compiled pass over each row (``ingest.cpu_rows``), on an
-accelerator as tensor operations over the batch (``ingest.tensor_rows``); both give the same rows (tested on the
-same maps). Rounding to the stored precision and the batch's store columns (input after input) are here.
+weight runs where the maps are: on a CPU in one compiled pass over each row (``atlas.ingestion.cpu_rows``), on an
+accelerator as tensor operations over the batch (``atlas.ingestion.tensor_rows``); both give the same rows (tested on
+the same maps). Rounding to the stored precision and the batch's store columns (input after input) are here.
 
 - edges: per attention row, the largest weights until their kept mass reaches the target, at most
   ``max_edges`` of them; the argmax is always kept. Weights are ranked as stored (ties: the earlier token) and
@@ -20,7 +20,7 @@ same maps). Rounding to the stored precision and the batch's store columns (inpu
   released code's ``get_word_word_attention`` default); for every word, the other word it attends to most (never
   itself or a special token) and that weight, and the other word attending to it most (the transposed map:
   Clark et al.'s head -> dependent predictor) and that weight. Exact whatever the edge sparsity. A word without
-  pieces of its own (text as written: "not" of "cannot", one piece; ``ingest.align``) has no row and is never
+  pieces of its own (text as written: "not" of "cannot", one piece; ``atlas.ingestion.align``) has no row and is never
   a prediction; an input with fewer than two words with pieces has no word rows.
 
 Precision. The dense setting stores everything exact (float32). The sparse setting stores weights in fixed

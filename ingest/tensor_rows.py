@@ -1,10 +1,10 @@
-"""Stage 4 on an accelerator: the work per attention weight of ``ingest.sparsify`` as tensor operations over a whole
-batch on the model's device, in blocks of a few inputs with all their layers, the padding masked; only the rows
-that are stored cross to the host. (On a CPU ``ingest.cpu_rows`` does the same work in one compiled pass; the
+"""Stage 4 on an accelerator: the work per attention weight of ``atlas.ingestion.sparsify`` as tensor operations over a
+whole batch on the model's device, in blocks of a few inputs with all their layers, the padding masked; only the rows
+that are stored cross to the host. (On a CPU ``atlas.ingestion.cpu_rows`` does the same work in one compiled pass; the
 tests run both on the same maps.)
 
 Arithmetic is float32, except the received attention, summed in float64 (float32 on MPS, which has no float64);
-the values come as computed, before ``ingest.sparsify`` rounds them to the stored precision.
+the values come as computed, before ``atlas.ingestion.sparsify`` rounds them to the stored precision.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ Arrays = dict[str, np.ndarray]
 
 FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
 BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work by default (4 MiB of float32; the ingest's: budget.py)
-# the store's integer types (ingest.row_batch) as torch's, made on the device before the columns cross to the host
+# the store's integer types (atlas.ingestion.row_batch) as torch's, made on the device before the columns cross to the
+# host
 LAYER = torch.from_numpy(np.zeros(0, dtype=LAYER_TYPE)).dtype
 POSITION = torch.from_numpy(np.zeros(0, dtype=POSITION_TYPE)).dtype
 
@@ -103,7 +104,7 @@ class _Batch:
         ]
         # FROM a word the mean over its pieces (or its first piece's row): each word's row scaled by this, 0 past the
         # input's own words, and each column by ``real`` (1 for the input's own words, else 0); with ``whole``, the
-        # product [batch, words, words] (an input read by rows takes a block's rows of it: ingest.block_rows)
+        # product [batch, words, words] (an input read by rows takes a block's rows of it: atlas.ingestion.block_rows)
         row_scale = real / (1 if first_piece else pieces)
         self.row_scale, self.real = (torch.from_numpy(a).to(device, torch.float32) for a in (row_scale, real))
         self.pieceless = torch.from_numpy(pieceless).to(device)
@@ -118,8 +119,8 @@ class _Batch:
 
 
 class TensorRows:
-    """What ``ingest.cpu_rows.CpuRows`` computes, with tensor operations on the maps' device: ``layer`` keeps each
-    layer's maps there (tensor operations over the whole batch need all of them), ``result`` computes the rows."""
+    """What ``atlas.ingestion.cpu_rows.CpuRows`` computes, with tensor operations on the maps' device: ``layer`` keeps
+    each layer's maps there (tensor operations over the whole batch need all of them), ``result`` computes the rows."""
 
     def __init__(self, batch: RowBatch, work_weights: int = BLOCK_WEIGHTS) -> None:
         self.batch, self.work_weights = batch, work_weights  # attention weights per block of work (all layers)

@@ -112,7 +112,7 @@ class ChunkRows:
             words["feats"].append(word.feats)
             words["head_word_idx"].append(head)
             words["deprel"].append(word.deprel)
-            words["first_tok"].append(first_tok.get(idx))  # None: a word without pieces (ingest.align)
+            words["first_tok"].append(first_tok.get(idx))  # None: a word without pieces (atlas.ingestion.align)
             words["n_toks"].append(n_toks[idx])
         spans = sorted(
             (offsets[m.start[0]] + m.start[1] - 1, offsets[m.end[0]] + m.end[1] - 1, m.entity_id) for m in ex.mentions()

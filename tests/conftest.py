@@ -12,9 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import atlas  # noqa: E402
 from atlas.errors import AtlasError  # noqa: E402
-from atlas.ingestion.conllu import write_first_sentences  # noqa: E402
 from atlas.ingestion.corpus import check_corpus  # noqa: E402
 from atlas.ingestion.pipeline import Settings, ingest  # noqa: E402
+from atlas.ingestion.readers.conllu import write_first_sentences  # noqa: E402
 from atlas.model.load import LoadedModel, load_model  # noqa: E402
 from atlas.store import Store  # noqa: E402
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -105,14 +106,19 @@ def test_the_ingest_counts_the_pieces_the_tokenizer_did_not_know(sample, tmp_pat
     # eos, cls or sep (GPT-2's <|endoftext|>) is not counted at all
     from types import SimpleNamespace
 
-    from atlas.api import _with_unknown
+    from atlas.ingestion.corpus import check_corpus
+    from atlas.ingestion.summary import summary
+    from atlas.store import Store
 
     cls = 101  # the embedded WordPiece's [CLS], first in every input
-    with atlas.open(store) as st:
-        assert _with_unknown(done, st, SimpleNamespace(unk_token_id=cls)).n_unknown == 0
-        for role in ("bos", "eos", "cls", "sep"):
-            ends = SimpleNamespace(unk_token_id=cls, **{f"{role}_token_id": cls})
-            assert _with_unknown(done, st, ends).n_unknown is None
+    checked = check_corpus(corpus)
+
+    def counted(tokenizer: SimpleNamespace) -> int | None:
+        return summary(Store(Path(store)), done.run_id, checked, done.n_examples, "written", tokenizer)["n_unknown"]
+
+    assert counted(SimpleNamespace(unk_token_id=cls)) == 0
+    for role in ("bos", "eos", "cls", "sep"):
+        assert counted(SimpleNamespace(unk_token_id=cls, **{f"{role}_token_id": cls})) is None
 
 
 def test_a_model_folder_is_named_as_text_or_a_path(tmp_path):
@@ -252,6 +258,22 @@ def test_table_is_a_lazy_scan_of_the_parquet_files(st):
         assert_frame_equal(lazy, st.sql(f"SELECT * FROM {name} ORDER BY {order}"), check_dtypes=False)
     with pytest.raises(atlas.AtlasError, match="table 'edges': no such table"):
         st.table("edges")
+
+
+def test_table_derives_the_columns_older_runs_lack_as_the_views_do(sample, tmp_path):
+    """Files written before tokens.role and attn_rows.to_first existed: the scans derive both from the SQL the
+    views derive them with (store.OLDER_RUNS), to the same rows."""
+    old = tmp_path / "old"
+    shutil.copytree(sample[0], old)
+    orders = {"tokens": ("role", "example_id, tok_idx"), "attn_rows": ("to_first", "example_id, layer, head, src_tok")}
+    for name, (column, _) in orders.items():
+        for part in old.glob(f"data/[!.]*/{name}/*.parquet"):  # the run's files, not the .schema ones
+            pq.write_table(pq.read_table(part).drop_columns([column]), part)
+    with atlas.open(old) as before:
+        for name, (column, order) in orders.items():
+            lazy = before.table(name).collect().sort(order.split(", "))
+            assert_frame_equal(lazy, before.sql(f"SELECT * FROM {name} ORDER BY {order}"), check_dtypes=False)
+            assert lazy[column].null_count() < len(lazy), column
 
 
 def test_attention_is_the_stored_edges(st):

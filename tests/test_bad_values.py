@@ -19,7 +19,7 @@ from atlas.catalogue import resolve
 from atlas.checks import SEED_MAX
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingestion.conllu import write_first_sentences
+from atlas.ingestion.readers.conllu import write_first_sentences
 from atlas.model.identity import default_model_path
 
 ROOT = Path(__file__).resolve().parent.parent

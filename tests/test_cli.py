@@ -216,7 +216,7 @@ def test_export_is_whole_or_nothing(store_dir, tmp_path, monkeypatch):
                 raise OSError(28, "No space left on device")
             super().__init__(path, *args, **kwargs)
 
-    monkeypatch.setattr("atlas.api.pq.ParquetWriter", Failing)
+    monkeypatch.setattr("atlas.store.pq.ParquetWriter", Failing)  # the store writes an export
     for out in (tmp_path / "new", tmp_path / "kept"):
         result = atlas("export", "--out", str(out), "--store", str(store_dir))
         assert result.exit_code == 1 and "No space left on device" in result.output, result.output

@@ -1,5 +1,6 @@
 """The store's integer widths: layers and heads are SMALLINT (128 heads or more overflow TINYINT), positions in an
-input INTEGER (inputs of over 32,767 tokens overflow SMALLINT), as ``ingest.row_batch`` names them for the ingest.
+input INTEGER (inputs of over 32,767 tokens overflow SMALLINT), as ``atlas.ingestion.row_batch`` names them for the
+ingest.
 
 A store may hold runs written before the change (TINYINT layers and heads, SMALLINT positions) beside runs written
 after it: the DuckDB views, ``Atlas.table`` (Polars) and the Spark engine read every file widened to schema.sql's

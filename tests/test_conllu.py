@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from atlas.errors import AtlasError
-from atlas.ingestion.conllu import read_conllu
+from atlas.ingestion.readers.conllu import read_conllu
 from tests.conftest import GUM_SAMPLE
 
 GOOD = """# newdoc id = d1

@@ -19,7 +19,7 @@ import atlas
 from atlas.catalogue import resolve
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingestion.repeated import Repeated, draw, vocabulary
+from atlas.ingestion.readers.repeated import Repeated, draw, vocabulary
 from atlas.plot import figure
 from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
 

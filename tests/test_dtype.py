@@ -22,8 +22,8 @@ from click.testing import CliRunner
 import atlas
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingestion.corpus_info import CorpusInfo
 from atlas.ingestion.device import resolve_dtype
+from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.ingestion.run_id import Settings, check_settings, ingested_run, run_id_for
 from atlas.model.identity import config_overrides, model_identity
 from atlas.recompute import run_model

@@ -20,7 +20,7 @@ from atlas import checks, errors
 from atlas.api_tasks import ablate
 from atlas.cli import FLAGS, cli
 from atlas.errors import AtlasError
-from atlas.ingestion.conllu import write_first_sentences
+from atlas.ingestion.readers.conllu import write_first_sentences
 from atlas.prerequisites import check
 from atlas.store import Store
 from atlas.tasks.ablate import sweep

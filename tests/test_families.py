@@ -1,10 +1,11 @@
-"""Every model family the atlas takes: a tiny random model of each (2 layers, 4 heads, 2 key/value heads where the
-family groups them), built from its config with a tokenizer of its kind (``tests/tokenizers_helpers.py``), saved
-with safetensors and loaded through ``load_model``. The attention captured equals transformers' own eager attention
-(``attn_implementation="eager"``, ``output_attentions=True``) on a padded batch, layer for layer; a decoder puts no
-weight on a future token; sliding windows, soft-capping and grouped key/value heads are the model's own. Each tiny
-model then ingests a few sentences of the UD sample: every word aligned, the stored maps equal the eager ones, and
-every catalogue entry that applies to a treebank run answers (those that need another command first say so).
+"""Every model family the atlas takes (a row of ``atlas.model.families.FAMILIES``): a tiny random model of each
+(2 layers, 4 heads, 2 key/value heads where the family groups them), built from its config with a tokenizer of its
+kind (``tests/tokenizers_helpers.py``), saved with safetensors and loaded through ``load_model``. The attention
+captured equals transformers' own eager attention (``attn_implementation="eager"``, ``output_attentions=True``) on a
+padded batch, layer for layer; a decoder puts no weight on a future token; sliding windows, soft-capping and grouped
+key/value heads are the model's own. Each tiny model then ingests a few sentences of the UD sample: every word
+aligned, the stored maps equal the eager ones, and every catalogue entry that applies to a treebank run answers
+(those that need another command first say so).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ from transformers import AutoConfig, AutoModel, PreTrainedTokenizerFast
 import atlas
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
-from atlas.model.capture import FAMILIES, recording
+from atlas.model.capture import reads_rows, recording
+from atlas.model.families import FAMILIES
 from atlas.model.forward import attention
+from atlas.model.identity import model_identity
 from atlas.model.intervene import Intervention, intervening
+from atlas.model.kinds import is_decoder
 from atlas.model.load import LoadedModel, load_model
 
 SIZE = {
@@ -40,7 +44,7 @@ WINDOW = 4  # sliding window of the families that have one (the inputs are longe
 
 
 @dataclass(frozen=True)
-class Family:
+class Case:
     model_type: str
     tokenizer: str  # a key of TOKENIZERS: the family's kind of tokenizer
     config: dict[str, object] = field(default_factory=dict)
@@ -50,13 +54,13 @@ class Family:
 
 
 CASES = {
-    "bert": Family("bert", "bert"),
-    "roberta": Family("roberta", "roberta", {"max_position_embeddings": 130}, max_positions=128),
-    "xlm-roberta": Family("xlm-roberta", "xlmr", {"max_position_embeddings": 130}, max_positions=128),
-    "electra": Family("electra", "bert", {"embedding_size": 16}),
-    "distilbert": Family("distilbert", "bert", {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64}),
-    "albert": Family("albert", "albert", {"embedding_size": 16}),
-    "deberta-v2": Family(  # v3's settings: relative attention both ways, log buckets, shared keys, no token types
+    "bert": Case("bert", "bert"),
+    "roberta": Case("roberta", "roberta", {"max_position_embeddings": 130}, max_positions=128),
+    "xlm-roberta": Case("xlm-roberta", "xlmr", {"max_position_embeddings": 130}, max_positions=128),
+    "electra": Case("electra", "bert", {"embedding_size": 16}),
+    "distilbert": Case("distilbert", "bert", {"dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 64}),
+    "albert": Case("albert", "albert", {"embedding_size": 16}),
+    "deberta-v2": Case(  # v3's settings: relative attention both ways, log buckets, shared keys, no token types
         "deberta-v2",
         "albert",
         {
@@ -69,11 +73,11 @@ CASES = {
             "type_vocab_size": 0,
         },
     ),
-    "modernbert": Family(  # layer 0 global, layer 1 local (a window of 4 around each token)
+    "modernbert": Case(  # layer 0 global, layer 1 local (a window of 4 around each token)
         "modernbert", "bert", {"global_attn_every_n_layers": 2, "local_attention": WINDOW}, windowed=True
     ),
-    "gpt2": Family("gpt2", "gpt2", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}, decoder=True),
-    "gpt2-upcast": Family(  # GPT-2's other eager path: float32 scores scaled by 1 / (layer + 1) inside baddbmm
+    "gpt2": Case("gpt2", "gpt2", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}, decoder=True),
+    "gpt2-upcast": Case(  # GPT-2's other eager path: float32 scores scaled by 1 / (layer + 1) inside baddbmm
         "gpt2",
         "gpt2",
         {
@@ -85,16 +89,16 @@ CASES = {
         },
         decoder=True,
     ),
-    "llama": Family("llama", "llama3", {"num_key_value_heads": 2}, decoder=True),
-    "mistral": Family("mistral", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
-    "qwen2": Family(
+    "llama": Case("llama", "llama3", {"num_key_value_heads": 2}, decoder=True),
+    "mistral": Case("mistral", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
+    "qwen2": Case(
         "qwen2",
         "gpt2",
         {"num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": WINDOW, "max_window_layers": 1},
         True,
         True,
     ),
-    "qwen3": Family(
+    "qwen3": Case(
         "qwen3",
         "gpt2",
         {
@@ -107,8 +111,8 @@ CASES = {
         True,
         True,
     ),  # fmt: skip
-    "gemma": Family("gemma", "llama2", {"num_key_value_heads": 1, "head_dim": 8}, decoder=True),  # multi-query
-    "gemma2": Family(  # sliding and global layers, logits soft-capped at 2, scaled by 16 ** -0.5 (not head_dim's)
+    "gemma": Case("gemma", "llama2", {"num_key_value_heads": 1, "head_dim": 8}, decoder=True),  # multi-query
+    "gemma2": Case(  # sliding and global layers, logits soft-capped at 2, scaled by 16 ** -0.5 (not head_dim's)
         "gemma2",
         "llama2",
         {
@@ -121,7 +125,7 @@ CASES = {
         True,
         True,
     ),  # fmt: skip
-    "gemma3": Family(
+    "gemma3": Case(
         "gemma3_text",
         "llama2",
         {
@@ -134,12 +138,12 @@ CASES = {
         True,
         True,
     ),  # fmt: skip
-    "phi": Family("phi", "gpt2", {"num_key_value_heads": 2, "partial_rotary_factor": 0.5}, decoder=True),
-    "phi3": Family("phi3", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
+    "phi": Case("phi", "gpt2", {"num_key_value_heads": 2, "partial_rotary_factor": 0.5}, decoder=True),
+    "phi3": Case("phi3", "llama2", {"num_key_value_heads": 2, "sliding_window": WINDOW}, True, True),
 }
 
 
-def _config(family: Family, tok: PreTrainedTokenizerFast):
+def _config(family: Case, tok: PreTrainedTokenizerFast):
     ids = {
         "vocab_size": len(tok),
         "pad_token_id": tok.pad_token_id,
@@ -151,7 +155,7 @@ def _config(family: Family, tok: PreTrainedTokenizerFast):
     return AutoConfig.for_model(family.model_type, **SIZE, **ids, **family.config)
 
 
-def build(family: Family, folder: Path) -> Path:
+def build(family: Case, folder: Path) -> Path:
     """A tiny random model of the family with its tokenizer, saved (safetensors) where ``load_model`` reads it."""
     tok = TOKENIZERS[family.tokenizer]()
     torch.manual_seed(0)
@@ -193,7 +197,8 @@ def eager_maps(folder: Path, batch: dict[str, torch.Tensor]) -> list[np.ndarray]
 
 
 def test_every_family_is_covered():
-    assert sorted({f.model_type for f in CASES.values()}) == sorted(FAMILIES)
+    assert sorted({case.model_type for case in CASES.values()}) == sorted(FAMILIES)
+    assert all(key == row.model_type for key, row in FAMILIES.items())
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -203,6 +208,9 @@ def test_captured_attention_equals_eager_attention(built, name):
     config = lm.model.config
     assert (lm.n_layers, lm.n_heads, lm.decoder) == (2, 4, family.decoder)
     assert lm.max_positions == (family.max_positions or config.max_position_embeddings)
+    told = model_identity(str(built[name])).max_positions  # told without loading: only where the table says so
+    assert told == (lm.max_positions if FAMILIES[family.model_type].plain_positions else None)
+    assert reads_rows(lm.model) == (family.model_type != "deberta-v2")  # its own module computes its attention
     inputs = [lm.tokenizer(t)["input_ids"] for t in texts()]
     assert len(inputs[0]) > len(inputs[1]) > 2 * WINDOW
     captured = attention(lm, [(ids, [0] * len(ids)) for ids in inputs])
@@ -242,6 +250,18 @@ def test_an_unsupported_architecture_is_refused_in_one_line(tmp_path, model_type
     message = str(err.value)
     assert "\n" not in message
     assert f"architecture {architecture or model_type} (model_type {model_type}) is not supported" in message
+
+
+def test_a_decoder_is_one_of_a_decoder_family_or_a_config_marked_so():
+    assert is_decoder(AutoConfig.for_model("llama")) and not is_decoder(AutoConfig.for_model("bert"))
+    assert is_decoder(AutoConfig.for_model("bert", is_decoder=True))  # BERT as a causal language model
+
+
+def test_the_kind_of_an_unsupported_architecture_is_refused_as_its_loading_is():
+    """A decoder family the capture does not read (GPT-NeoX) is not taken for an encoder: its kind is refused."""
+    config = AutoConfig.for_model("gpt_neox", architectures=["GPTNeoXForCausalLM"])
+    with pytest.raises(AtlasError, match=r"architecture GPTNeoXForCausalLM \(model_type gpt_neox\) is not supported"):
+        is_decoder(config)
 
 
 @pytest.mark.parametrize("name", ["distilbert", "deberta-v2", "llama", "gemma2"])

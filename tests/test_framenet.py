@@ -26,8 +26,8 @@ from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.corpus import check_corpus
-from atlas.ingestion.framenet import REASONS, Exemplar, exemplars, frames_for, read_framenet, rejection
 from atlas.ingestion.pipeline import Settings, ingest
+from atlas.ingestion.readers.framenet import REASONS, Exemplar, exemplars, frames_for, read_framenet, rejection
 from atlas.store import Store
 
 SAMPLE = Path(__file__).resolve().parent.parent / "samples" / "framenet"

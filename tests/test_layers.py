@@ -1,28 +1,30 @@
 """The house as drawn: imports run one way, from the CLI down to the model and the corpus readers.
 
-Every module of the package belongs to one layer; a module imports only modules of its own layer or of the
-layers below, no import circle exists, and the CLI's commands each make one call of the API. Imports are
-read from the source with ``ast`` (those inside functions included; those under ``if TYPE_CHECKING:``,
-which never run, left out).
+Every module of the package belongs to one layer, named by its folder where the folder is the layer
+(``atlas/model/``, ``ingest/readers/``, ``ingest/``, ``atlas/spark/``, ``atlas/tasks/``, ``atlas/report/``); a module
+imports only modules of its own layer or of the layers below, no import circle exists, and the CLI's commands each
+make one call of the API. The package's modules are found where packaging puts them (pyproject.toml's package-dir:
+the repository's ``ingest/`` is ``atlas.ingestion``, ``cli.py`` is ``atlas.cli``). Imports are read from the source
+with ``ast`` (those inside functions included; those under ``if TYPE_CHECKING:``, which never run, left out).
 """
 
 from __future__ import annotations
 
 import ast
-import os
 import subprocess
 import sys
+import tomllib
+from collections.abc import Mapping
 from fnmatch import fnmatch
 from pathlib import Path
 
-import pytest
+ROOT = Path(__file__).resolve().parent.parent
 
-PACKAGE = Path(__file__).resolve().parent.parent / "atlas"
-
-# top to bottom; a module matches the first layer with a pattern for it
+# top to bottom; a module is in the layer of the most specific pattern it matches (a folder's modules: "folder.*")
 LAYERS = {
-    "CLI": ["atlas.cli", "atlas.cli_tasks", "atlas.cli_options", "atlas.cli_reference", "atlas.output"],
+    "CLI": ["atlas.cli", "atlas.cli_*", "atlas.output"],
     "API": ["atlas", "atlas.api", "atlas.api_tasks"],
+    "engines": ["atlas.engine", "atlas.spark", "atlas.spark.*"],
     "analyses": [
         "atlas.report",
         "atlas.report.*",
@@ -34,24 +36,7 @@ LAYERS = {
         "atlas.tasks",
         "atlas.tasks.*",
     ],
-    "ingest pipeline": [
-        "atlas.ingestion",
-        "atlas.ingestion.pipeline",
-        "atlas.ingestion.ray_engine",
-        "atlas.ingestion.sparsify",
-        "atlas.ingestion.cpu_rows",
-        "atlas.ingestion.tensor_rows",
-        "atlas.ingestion.host_copy",
-        "atlas.ingestion.block_rows",
-        "atlas.ingestion.row_batch",
-        "atlas.ingestion.budget",
-        "atlas.ingestion.stages",
-        "atlas.ingestion.ahead",
-        "atlas.ingestion.write",
-        "atlas.ingestion.examples",
-        "atlas.ingestion.device",
-        "atlas.ingestion.run_id",
-    ],
+    "ingest pipeline": ["atlas.ingestion", "atlas.ingestion.*"],
     "store and catalogue": [
         "atlas.store",
         "atlas.catalogue*",
@@ -60,22 +45,16 @@ LAYERS = {
         "atlas.compare",
         "atlas.prerequisites",
         "atlas.maps",
-        "atlas.spark",
-        "atlas.spark.*",
+        "atlas.run_sql",
+        "atlas.queries",
     ],
     "model and corpus readers": [
         "atlas.model",
         "atlas.model.*",
-        "atlas.ingestion.conllu",
-        "atlas.ingestion.corpus",
-        "atlas.ingestion.corpus_info",
-        "atlas.ingestion.framenet",
-        "atlas.ingestion.glue_corpus",
-        "atlas.ingestion.glue_tsv",
-        "atlas.ingestion.text_corpus",
-        "atlas.ingestion.repeated",
-        "atlas.ingestion.align",
-        "atlas.ingestion.template",
+        "atlas.ingestion.readers",
+        "atlas.ingestion.readers.*",
+        "atlas.ingestion.align",  # the words placed on the pieces: read by the text reader
+        "atlas.ingestion.template",  # the tokenizer's template: read by the repeated-token reader
         "atlas.errors",
         "atlas.checks",
         "atlas.files",
@@ -85,28 +64,35 @@ LAYERS = {
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def package_sources(root: Path) -> dict[str, Path]:
+    """Where each part of the package lies in the repository at ``root``: its pyproject.toml's package-dir, and
+    the package's own folder."""
+    mapped = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {"atlas": root / "atlas", **{name: root / folder for name, folder in mapped.items()}}
 
 
-def _modules() -> dict[str, Path]:
-    found = {}
-    for folder, _, files in os.walk(PACKAGE, followlinks=True):  # atlas/ingest is a link to ingest/
-        for name in files:
-            if name.endswith(".py"):
-                found[_module_name(Path(folder) / name)] = Path(folder) / name
+def find_modules(sources: Mapping[str, Path]) -> dict[str, Path]:
+    """Every module of the package, by its import name, and its file (a part mapped to ``name`` that is no folder
+    is the module ``name.py``)."""
+    found: dict[str, Path] = {}
+    for name, where in sources.items():
+        if not where.is_dir():
+            found[name] = where.with_suffix(".py")
+            continue
+        for path in where.rglob("*.py"):
+            parts = path.relative_to(where).with_suffix("").parts
+            found[".".join([name, *parts[:-1]] if parts[-1] == "__init__" else [name, *parts])] = path
     return dict(sorted(found.items()))
 
 
-MODULES = _modules()
+MODULES = find_modules(package_sources(ROOT))
 
 
 def _layer(module: str) -> str:
-    for layer, patterns in LAYERS.items():
-        if any(fnmatch(module, pattern) for pattern in patterns):
-            return layer
-    raise AssertionError(f"{module}: in no layer of tests/test_layers.py; add it to the layer it belongs to")
+    matched = [(len(p), layer) for layer, patterns in LAYERS.items() for p in patterns if fnmatch(module, p)]
+    if not matched:
+        raise AssertionError(f"{module}: in no layer of tests/test_layers.py; add it to the layer it belongs to")
+    return max(matched)[1]
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:
@@ -119,9 +105,9 @@ def _type_checking_only(tree: ast.Module) -> set[int]:
     return lines
 
 
-def imports_of(module: str) -> dict[str, int]:
+def imports_of(module: str, modules: Mapping[str, Path] = MODULES) -> dict[str, int]:
     """The first-party modules ``module`` imports (``from atlas import api``: atlas.api), with a line of each."""
-    tree = ast.parse(MODULES[module].read_text())
+    tree = ast.parse(modules[module].read_text())
     skipped = _type_checking_only(tree)
     found: dict[str, int] = {}
     for node in ast.walk(tree):
@@ -132,7 +118,7 @@ def imports_of(module: str) -> dict[str, int]:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{module}: a relative import on line {node.lineno}"
             base = node.module or ""
-            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
         else:
             continue
         for name in names:
@@ -141,50 +127,115 @@ def imports_of(module: str) -> dict[str, int]:
     return found
 
 
+def upward_imports(modules: Mapping[str, Path]) -> list[str]:
+    """Each import of a module that is not the package's, or of a layer above the importer's."""
+    found = []
+    for module in modules:
+        here = RANK[_layer(module)]
+        for imported, line in imports_of(module, modules).items():
+            if imported not in modules:
+                found.append(
+                    f"{modules[module]}:{line}: imports '{imported}', not a module of the atlas package "
+                    "(the repository's ingest/ and cli.py are atlas.ingestion and atlas.cli)"
+                )
+            elif RANK[_layer(imported)] < here:
+                found.append(
+                    f"{modules[module]}:{line}: {module} ({_layer(module)}) imports {imported}, a layer above "
+                    f"({_layer(imported)})"
+                )
+    return found
+
+
+def import_circle(modules: Mapping[str, Path]) -> list[str] | None:
+    """A circle of imports among ``modules`` (the first found, from the first module in name order), or None."""
+    graph = {module: set(imports_of(module, modules)) & set(modules) for module in modules}
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for imported in sorted(graph[module]):
+            if state.get(imported) == 1:
+                return path[path.index(imported) :] + [imported]
+            if imported not in state and (circle := visit(imported, [*path, imported])):
+                return circle
+        state[module] = 2
+        return None
+
+    for module in sorted(graph):
+        if module not in state and (circle := visit(module, [module])):
+            return circle
+    return None
+
+
 def test_every_module_is_in_a_layer() -> None:
-    assert len(MODULES) > 60  # the links atlas/ingest and atlas/cli.py are followed
+    assert {"atlas.cli", "atlas.ingestion.pipeline", "atlas.ingestion.readers.conllu"} <= set(MODULES)
+    assert len(MODULES) > 60
     for module in MODULES:
         _layer(module)
 
 
-@pytest.mark.parametrize("module", sorted(MODULES))
-def test_imports_run_one_way(module: str) -> None:
-    here = RANK[_layer(module)]
-    for imported, line in imports_of(module).items():
-        assert imported in MODULES, (
-            f"{MODULES[module]}:{line}: imports '{imported}', not a module of the atlas package "
-            "(the repository's ingest/ and cli.py are atlas.ingestion and atlas.cli)"
-        )
-        assert RANK[_layer(imported)] >= here, (
-            f"{MODULES[module]}:{line}: {module} ({_layer(module)}) imports {imported}, a layer above "
-            f"({_layer(imported)})"
-        )
+def test_the_layers_are_the_folders() -> None:
+    """A folder's modules share its layer: the readers, the model, the pipeline (but for the two modules the readers
+    use), the engines, the analyses."""
+    below = {"atlas.ingestion.align", "atlas.ingestion.template"}
+    for folder, layer in [
+        ("atlas.ingestion.readers", "model and corpus readers"),
+        ("atlas.model", "model and corpus readers"),
+        ("atlas.ingestion", "ingest pipeline"),
+        ("atlas.spark", "engines"),
+        ("atlas.tasks", "analyses"),
+        ("atlas.report", "analyses"),
+    ]:
+        inside = [m for m in MODULES if m.startswith(f"{folder}.") and m not in below]
+        if folder == "atlas.ingestion":  # its readers' folder is the layer below
+            inside = [m for m in inside if not f"{m}.".startswith("atlas.ingestion.readers.")]
+        assert inside and {_layer(m) for m in inside} == {layer}, folder
+
+
+def test_imports_run_one_way() -> None:
+    assert upward_imports(MODULES) == []
 
 
 def test_no_import_circle() -> None:
-    graph = {module: set(imports_of(module)) & set(MODULES) for module in MODULES}
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-
-    def visit(module: str, path: list[str]) -> None:
-        state[module] = 1
-        for imported in sorted(graph[module]):
-            if state.get(imported) == 1:
-                circle = path[path.index(imported) :] + [imported]
-                raise AssertionError("import circle: " + " -> ".join(circle))
-            if imported not in state:
-                visit(imported, [*path, imported])
-        state[module] = 2
-
-    for module in sorted(graph):
-        if module not in state:
-            visit(module, [module])
+    assert import_circle(MODULES) is None
 
 
-def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path: Path) -> None:
-    """The checks above can fail: an upward import is ranked so, and a circle is found."""
-    assert RANK[_layer("atlas.store")] > RANK[_layer("atlas.api")]  # store importing api would be upward
-    assert "atlas.api" in imports_of("atlas.api_tasks")
-    assert "atlas.ingestion.run_id" in imports_of("atlas.api")
+def test_the_checks_find_a_circle_and_an_upward_import(tmp_path: Path) -> None:
+    """The checks above can fail: in a tree of the same shape, a circle through two folders and an import of a
+    layer above are found."""
+    (tmp_path / "atlas" / "model").mkdir(parents=True)
+    (tmp_path / "ingest" / "readers").mkdir(parents=True)
+    (tmp_path / "pyproject.toml").write_text('[tool.setuptools.package-dir]\n"atlas.ingestion" = "ingest"\n')
+    files = {
+        "atlas/__init__.py": "",
+        "atlas/store.py": "from atlas.ingestion.readers.conllu import read_conllu\n",
+        "atlas/model/__init__.py": "",
+        "atlas/model/load.py": "import atlas.store\n",  # the lowest layer importing the store: upward
+        "ingest/__init__.py": "",
+        "ingest/readers/__init__.py": "",
+        "ingest/readers/conllu.py": "def read_conllu():\n    from atlas.model import load\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    modules = find_modules(package_sources(tmp_path))
+    assert set(modules) == {
+        "atlas", "atlas.store", "atlas.model", "atlas.model.load", "atlas.ingestion", "atlas.ingestion.readers",
+        "atlas.ingestion.readers.conllu",
+    }  # fmt: skip
+    assert import_circle(modules) == [
+        "atlas.ingestion.readers.conllu", "atlas.model.load", "atlas.store", "atlas.ingestion.readers.conllu"
+    ]  # fmt: skip
+    (found,) = upward_imports(modules)
+    assert "atlas.model.load (model and corpus readers) imports atlas.store, a layer above" in found
+    (tmp_path / "atlas/model/load.py").write_text("")  # the circle broken, nothing upward is left
+    assert import_circle(find_modules(package_sources(tmp_path))) is None
+    assert upward_imports(find_modules(package_sources(tmp_path))) == []
+
+
+def test_no_symlink_in_the_repository() -> None:
+    """The package's parts are mapped by packaging, not linked (a checkout without symlinks imports the same)."""
+    listed = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert [line for line in listed.splitlines() if line.startswith("120000")] == []
 
 
 def test_the_cli_makes_one_api_call_per_command() -> None:

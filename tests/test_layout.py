@@ -4,7 +4,7 @@ For each family's kind of tokenizer (``tests/tokenizers_helpers.py``: WordPiece,
 Unigram and BPE, with BERT's, RoBERTa's, GPT-2's and Llama's templates) and each packing mode, every input of
 the UD samples is compared with what the tokenizer itself gives for the same text (the words joined by
 spaces, text mode ``words``; a pair as its two texts): ids, token type ids, where special tokens stand, and the
-word of each piece (found here from the character offsets independently of ``ingest.align``). Text as written
+word of each piece (found here from the character offsets independently of ``atlas.ingestion.align``). Text as written
 is tested in ``tests/test_text_as_written.py``.
 """
 
@@ -23,11 +23,11 @@ from transformers import PreTrainedTokenizerFast
 import atlas
 from atlas.errors import AtlasError
 from atlas.ingestion.align import align, is_punct
-from atlas.ingestion.conllu import Sentence, Word, read_conllu
 from atlas.ingestion.examples import Example, Inputs, Layout, group_examples
 from atlas.ingestion.pipeline import _targets
+from atlas.ingestion.readers.conllu import Sentence, Word, read_conllu
+from atlas.ingestion.readers.text import read_text
 from atlas.ingestion.template import read_template, role_of
-from atlas.ingestion.text_corpus import read_text
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE
 
 ROOT = Path(__file__).resolve().parent.parent

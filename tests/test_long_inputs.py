@@ -1,10 +1,10 @@
-"""Inputs read in blocks of rows (``ingest.block_rows``): an input whose maps exceed the attention budget is run with
-its attention computed a block of rows at a time, never a layer's whole map. Here the budget is made tiny, so that
-every input of a small corpus goes that way (a block of one word's rows), and the stored rows, edges and word rows
+"""Inputs read in blocks of rows (``atlas.ingestion.block_rows``): an input whose maps exceed the attention budget is
+run with its attention computed a block of rows at a time, never a layer's whole map. Here the budget is made tiny, so
+that every input of a small corpus goes that way (a block of one word's rows), and the stored rows, edges and word rows
 are compared with those of the whole maps: for every family whose attention goes through transformers' interface,
 sparse and dense, with a decoder's causal mask and sliding windows, and with the embedded model; each both ways the
-rows are computed, by the CPU's compiled pass (``ingest.cpu_rows.CpuBlockRows``) and by the tensor operations an
-accelerator runs (``ingest.block_rows.BlockRows``, here on the CPU)."""
+rows are computed, by the CPU's compiled pass (``atlas.ingestion.cpu_rows.CpuBlockRows``) and by the tensor operations
+an accelerator runs (``atlas.ingestion.block_rows.BlockRows``, here on the CPU)."""
 
 from __future__ import annotations
 

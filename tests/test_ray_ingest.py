@@ -29,10 +29,10 @@ from atlas.catalogue import entries
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.budget import budget_for
-from atlas.ingestion.conllu import read_conllu
 from atlas.ingestion.corpus import check_corpus
 from atlas.ingestion.examples import Inputs
-from atlas.ingestion.repeated import Repeated
+from atlas.ingestion.readers.conllu import read_conllu
+from atlas.ingestion.readers.repeated import Repeated
 from atlas.ingestion.run_id import Settings
 from atlas.model.load import load_model
 from atlas.store import Store, table_schemas

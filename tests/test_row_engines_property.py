@@ -1,6 +1,7 @@
 """The four ways a batch's attention rows are computed agree on random inputs: whole maps and blocks of rows, each by
-the CPU's compiled pass (``ingest.cpu_rows``) and by the tensor operations an accelerator runs (``ingest.tensor_rows``,
-``ingest.block_rows``, here on the CPU).
+the CPU's compiled pass (``atlas.ingestion.cpu_rows``) and by the tensor operations an accelerator runs
+(``atlas.ingestion.tensor_rows``,
+``atlas.ingestion.block_rows``, here on the CPU).
 
 The inputs are drawn: words of zero to three pieces, special tokens anywhere, word ids with gaps (words without pieces,
 more words than tokens), one or two layers of one to three heads, encoder and causal maps (some with ties), dense,

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -25,9 +26,9 @@ from click.testing import CliRunner
 from sqlglot import exp
 
 import atlas
-from atlas.api import RUN_PARAMS
 from atlas.catalogue import entries, resolve
 from atlas.cli import cli
+from atlas.engine import DuckDBEngine, Engine
 from atlas.errors import AtlasError
 from atlas.ingestion.corpus import check_corpus
 from atlas.ingestion.pipeline import Settings, ingest
@@ -78,8 +79,12 @@ def test_the_shared_needs_translate():
         assert translate(need.sql).parameters == ("run",)
 
 
-def test_the_run_parameters_are_the_apis():
-    assert engine.RUN_PARAMS == RUN_PARAMS
+def test_both_engines_answer_through_the_one_answer_path(tmp_path):
+    """Binding, run checks, needs and titles are atlas.engine's, for either engine; Spark's engine only runs SQL."""
+    (tmp_path / "data" / "r" / "runs").mkdir(parents=True)
+    (tmp_path / "data" / "r" / "runs" / "part-00000.parquet").touch()
+    spark_engine = engine.SparkEngine(Store(tmp_path))  # starts no Spark until it reads the store
+    assert isinstance(spark_engine, Engine) and isinstance(DuckDBEngine(Store(tmp_path), duckdb.connect()), Engine)
 
 
 def test_importing_atlas_spark_imports_no_pyspark():
@@ -178,10 +183,10 @@ def test_a_folder_without_a_store_is_refused(spark, tmp_path, monkeypatch):
         atlas.spark.register(spark, tmp_path)
     monkeypatch.setenv("ATLAS_STORE", str(tmp_path))  # named as the variable, as the DuckDB engine names it
     with pytest.raises(AtlasError, match=f"^ATLAS_STORE '{tmp_path}': no store here"):
-        atlas.api.answer_on_spark("entropy")
+        atlas.api.answer("entropy", engine="spark")
     monkeypatch.setenv("ATLAS_STORE", "weird://host/store")  # a URI, read by Spark as given (not as a local path)
     with pytest.raises(AtlasError, match=r"^ATLAS_STORE 'weird://host/store': Spark cannot read it \(.*weird"):
-        atlas.api.answer_on_spark("entropy")
+        atlas.api.answer("entropy", engine="spark")
 
 
 def test_the_command_line_on_spark_says_only_the_answers_title(store):
@@ -332,15 +337,15 @@ def test_query_returns_a_spark_dataframe(store, spark):
 
 def test_what_needs_no_spark_is_refused_before_it_starts(store, monkeypatch, tmp_path):
     root, runs = store
-    monkeypatch.setattr("atlas.spark.session", lambda *args: pytest.fail("Spark was started"))
+    monkeypatch.setattr("atlas.spark.engine.session", lambda *args: pytest.fail("Spark was started"))
     with pytest.raises(AtlasError, match=r"^foo: 'entropy' has no such parameter"):
-        atlas.api.answer_on_spark("entropy", root, foo=1)
+        atlas.api.answer("entropy", root, engine="spark", params={"foo": 1})
     with pytest.raises(AtlasError, match=r"^min_count=many: expected a whole number"):
-        atlas.api.answer_on_spark(BEST, root, min_count="many")
+        atlas.api.answer(BEST, root, engine="spark", params={"min_count": "many"})
     with pytest.raises(AtlasError, match=r"^run: 'glue baselines' takes no run"):
-        atlas.api.answer_on_spark("glue baselines", root, run=runs["dense"])
+        atlas.api.answer("glue baselines", root, run=runs["dense"], engine="spark")
     with pytest.raises(AtlasError, match=rf"^store='{tmp_path}': no store here \(no data/\*/runs/\*.parquet\)$"):
-        atlas.api.answer_on_spark("entropy", tmp_path)
+        atlas.api.answer("entropy", tmp_path, engine="spark")
 
 
 def test_the_cli_prints_the_same_table_on_spark(store, spark):

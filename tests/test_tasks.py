@@ -18,7 +18,7 @@ import atlas
 from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
-from atlas.ingestion.glue_tsv import TASKS, load_split, read_tsv, task_spec
+from atlas.ingestion.readers.glue_tsv import TASKS, load_split, read_tsv, task_spec
 from atlas.model.capture import recording
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import default_model_path

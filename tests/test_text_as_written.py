@@ -31,14 +31,14 @@ from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.align import align
-from atlas.ingestion.conllu import Sentence, Word, read_conllu, unmatched_texts
 from atlas.ingestion.corpus import check_corpus
-from atlas.ingestion.corpus_info import CorpusInfo
 from atlas.ingestion.examples import Inputs, group_examples
 from atlas.ingestion.pipeline import Settings, ingest
+from atlas.ingestion.readers.conllu import Sentence, Word, read_conllu, unmatched_texts
+from atlas.ingestion.readers.corpus_info import CorpusInfo
+from atlas.ingestion.readers.text import read_text
 from atlas.ingestion.run_id import run_id_for
 from atlas.ingestion.sparsify import batch_rows
-from atlas.ingestion.text_corpus import read_text
 from atlas.model.load import load_model
 from atlas.probe_data import word_maps
 from atlas.recompute import StoredInput

@@ -17,9 +17,9 @@ from atlas.catalogue import resolve, run_entry
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.corpus import check_corpus
-from atlas.ingestion.glue_corpus import _nlp
 from atlas.ingestion.pipeline import Settings, ingest
-from atlas.ingestion.text_corpus import read_articles, read_pairs, read_text, truncate_pair
+from atlas.ingestion.readers.glue import _nlp
+from atlas.ingestion.readers.text import read_articles, read_pairs, read_text, truncate_pair
 from atlas.store import Store
 from tests.conftest import ROOT
 from tests.reference import RefSentence, dense_inputs, surface

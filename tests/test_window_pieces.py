@@ -1,7 +1,7 @@
 """--pack window: a window's pieces assembled from its sentences' equal those of its text tokenized as one.
 
 The reference here is how windows were made before they were assembled: each time a window grows by a sentence,
-the text of all its sentences (``ingest.align.text_of``: as written, joined by single spaces, or all the words
+the text of all its sentences (``atlas.ingestion.align.text_of``: as written, joined by single spaces, or all the words
 joined by single spaces) tokenized and aligned again (``align_texts``). For every tokenizer kind of the tests
 (``tests/tokenizers_helpers.py``: WordPiece, byte-level BPE, SentencePiece Unigram and BPE), the embedded model's,
 and variants of them, in both text modes, every window of the shipped UD EWT and GUM samples at several
@@ -23,8 +23,8 @@ from tokenizers_helpers import TOKENIZERS, llama3_bpe, roberta_bpe, xlmr_unigram
 from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 from atlas.ingestion.align import AFTER_SPACE, OWN, AlignedSentence, Joining, Pieces, align, align_texts, text_of
-from atlas.ingestion.conllu import Sentence, read_conllu
 from atlas.ingestion.examples import Inputs, group_examples
+from atlas.ingestion.readers.conllu import Sentence, read_conllu
 from tests.conftest import EWT_SAMPLE, GUM_SAMPLE
 
 DECODERS = {"gpt2", "llama3", "llama2", "qwen2"}

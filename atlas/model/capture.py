@@ -13,20 +13,16 @@ from contextlib import contextmanager
 from typing import Protocol
 
 import torch
-from transformers import AttentionInterface, PretrainedConfig
+from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 from transformers.models.deberta_v2.modeling_deberta_v2 import DisentangledSelfAttention
 from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAttention
 
 from atlas.errors import AtlasError
 from atlas.model import intervene
+from atlas.model.families import family
 
 CAPTURE = "atlas_capture"
-# config.model_type of each family whose attention is captured (and tested against its eager attention)
-FAMILIES = (
-    "bert", "roberta", "xlm-roberta", "electra", "distilbert", "albert", "deberta-v2", "modernbert",
-    "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "phi3",
-)  # fmt: skip
 _sink: Callable[[torch.Tensor], None] | None = None  # while recording: where each layer's probabilities go
 
 
@@ -189,19 +185,9 @@ class _DisentangledProbs(torch.nn.Module):
         return self.dropout(probs)
 
 
-def check_family(config: PretrainedConfig, who: str) -> None:
-    """Refuse a model whose architecture is not one of ``FAMILIES`` (its attention would not be captured as
-    the model computes it)."""
-    if config.model_type not in FAMILIES:
-        architecture = (config.architectures or [config.model_type])[0]
-        raise AtlasError(
-            f"{who}: architecture {architecture} (model_type {config.model_type}) is not supported; "
-            f"attention is captured for {', '.join(FAMILIES)}"
-        )
-
-
 def prepare(model: torch.nn.Module) -> None:
-    """Make a model of ``FAMILIES`` loaded with ``attn_implementation=CAPTURE`` ready to record its attention.
+    """Make a model of a family of ``families.FAMILIES`` loaded with ``attn_implementation=CAPTURE`` ready to record
+    its attention.
 
     Attention modules without a ``layer_idx`` (DistilBERT, DeBERTa-v2) are numbered in layer order, so that
     interventions find their layer; ALBERT's one shared module has none (interventions refuse it).
@@ -214,9 +200,10 @@ def prepare(model: torch.nn.Module) -> None:
 
 
 def reads_rows(model: torch.nn.Module) -> bool:
-    """Whether the model's attention can be read in blocks of rows (``reading_rows``): every family's but DeBERTa-v2's,
-    whose attention is computed inside its own module."""
-    return model.config.model_type != "deberta-v2"
+    """Whether the model's attention can be read in blocks of rows (``reading_rows``): that of a family whose attention
+    goes through the interface (``Family.interface``: every family's but DeBERTa-v2's, computed inside its own
+    module)."""
+    return family(model.config).interface
 
 
 @contextmanager

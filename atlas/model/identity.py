@@ -2,7 +2,7 @@
 init, of its config and seed) and the longest input it takes.
 
 Nothing here imports torch or a model's code (a random init's config is serialised by transformers once, then
-cached), so that an ingest already in the store is found at once (``ingest.run_id.ingested_run``); ``load``
+cached), so that an ingest already in the store is found at once (``atlas.ingestion.run_id.ingested_run``); ``load``
 uses the same functions, so both give the same run id.
 """
 
@@ -25,15 +25,12 @@ from urllib.parse import urlsplit
 from huggingface_hub.errors import StrictDataclassError
 
 from atlas.errors import AtlasError, arg
+from atlas.model.families import FAMILIES
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
-# config.model_type whose longest input is config.json's max_position_embeddings as written; another family's
-# is known once the model is loaded (RoBERTa numbers its positions after the padding index, GPT-2 names it
-# n_positions)
-PLAIN_POSITIONS = ("bert",)
 # config keys that ``config`` overrides do not set, and why
 NOT_OVERRIDDEN = {
     "dtype": f"the weights' dtype is {arg('dtype')}'s",
@@ -50,7 +47,7 @@ class ModelIdentity:
     model_hash: str
     random_init: bool
     seed: int
-    max_positions: int | None  # None: known only once the model is loaded
+    max_positions: int | None  # None: known only once the model is loaded (``Family.plain_positions``)
 
 
 def default_model_path() -> str:
@@ -254,7 +251,8 @@ def model_identity(
         return None
     if model_hash == "unknown":
         return None
-    plain = config.get("model_type") in PLAIN_POSITIONS
+    kind = config.get("model_type")  # config.json's, as written: any JSON value
+    plain = isinstance(kind, str) and kind in FAMILIES and FAMILIES[kind].plain_positions
     positions = {**config, **overrides}.get("max_position_embeddings") if plain else None
     positions = positions if type(positions) is int else None
     return ModelIdentity(name or DEFAULT_MODEL, model_hash, random_init, seed, positions)

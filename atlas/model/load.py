@@ -1,9 +1,9 @@
 """Load a model (safetensors only, no remote code; float32, bfloat16 or float16 weights) and run it with attention
 captured
 (``atlas.model.capture``, whose softmax and recorded probabilities are float32 in every dtype): encoders and
-decoder-only models of the families ``capture.FAMILIES`` names.
+decoder-only models of the families ``families.FAMILIES`` names.
 
-A model of another architecture is refused with a one-line error naming it.
+A model of another architecture is refused with a one-line error naming it (``families.family``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from atlas import checks
 from atlas.errors import AtlasError, arg
-from atlas.model.capture import CAPTURE, check_family, prepare
+from atlas.model.capture import CAPTURE, prepare
+from atlas.model.families import family
 from atlas.model.identity import (
     DEFAULT_MODEL,
     config_hash,
@@ -34,7 +35,7 @@ from atlas.model.kinds import is_decoder
 transformers.utils.logging.disable_progress_bar()
 transformers.utils.logging.set_verbosity_error()  # a task head's fresh weights are expected, not news
 
-# the weights' dtypes (``--dtype``, resolved: see ingest.device.resolve_dtype)
+# the weights' dtypes (``--dtype``, resolved: see atlas.ingestion.device.resolve_dtype)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -92,7 +93,7 @@ def load_model(
     fresh: tuple[str, ...] = ()
     try:
         config = read_config(source, config_overrides, shown)
-        check_family(config, given)
+        family(config, given)  # a family not in the table is refused here, before the tokenizer loads
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False, local_files_only=local_only)
         _check_tokenizer(tokenizer, given)  # before the weights load
         if config_overrides:

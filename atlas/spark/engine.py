@@ -1,6 +1,7 @@
-"""The catalogue on a SparkSession: the store's tables as temporary views, an entry's parameters bound and
-checked as on DuckDB (``Entry.bind``, the latest run by default, run ids known, the header's needs and notes),
-its Spark SQL run with Spark's named parameter markers, its refusals said in one line.
+"""The catalogue on a SparkSession: the store's tables as temporary views, an entry answered by the engines' one
+answer path (``atlas.engine``: its parameters bound and checked, the latest run by default, run ids known, the
+header's needs and notes) with ``SparkEngine`` running its Spark SQL with Spark's named parameter markers, its
+refusals said in one line.
 
 pyspark is imported only when one of these runs (``pip install 'attention-atlas[spark]'``).
 """
@@ -11,7 +12,7 @@ import logging
 import os
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -20,9 +21,9 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from atlas.catalogue import REFUSAL, RUN_PARAMS, Entry, refusal_line, resolve
+from atlas.catalogue import REFUSAL, Entry, refusal_line, resolve
+from atlas.engine import prepare
 from atlas.errors import AtlasError, arg, warn_notes
-from atlas.prerequisites import Need, check_with
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import columns, files, schema_ddl
 from atlas.store import Store, is_uri, store_named, table_schemas
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 INSTALL = "pip install 'attention-atlas[spark]'"
-LATEST_SQL = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1"  # as Store.latest_run
 
 # Spark's message: '[ERROR_CLASS] text SQLSTATE: P0001', on the first line or, raised in a task, a later one
 _SPARK_ERROR = re.compile(r"\[([A-Z][A-Z_]*(?:\.[A-Z_]+)*)\] (.*?)(?: SQLSTATE: \w+)?;?$", re.MULTILINE)
@@ -154,33 +154,75 @@ def register(spark: SparkSession, store: str | os.PathLike[str]) -> list[str]:
     return list(table_schemas())
 
 
+class SparkEngine:
+    """The catalogue's SQL on Apache Spark (``atlas.engine.Engine``), translated from DuckDB's (``atlas.spark.sql``),
+    over the store's Parquet files registered as temporary views. Given no session, it takes this process's, else
+    starts one on ``master``, when it first reads the store: what it checks before (pyspark installed, a store on this
+    machine holding runs), and what the answer path checks before, are refused without starting Java (seconds)."""
+
+    def __init__(
+        self, store: str | os.PathLike[str], spark: SparkSession | None = None, master: str = "local[2]"
+    ) -> None:
+        require_pyspark()
+        if isinstance(store, Store):  # a folder on this machine: read without Spark
+            store.check_path()
+            if not any(store.data.glob("*/runs/*.parquet")):
+                raise AtlasError(f"{store.named}: no store here (no data/*/runs/*.parquet)")
+        self.store = store
+        self.master = master
+        self._spark = spark
+        if spark is not None:
+            register(spark, store)
+
+    @property
+    def spark(self) -> SparkSession:
+        """The session, the store's tables registered in it."""
+        if self._spark is None:
+            self._spark = session(self.master)
+            register(self._spark, self.store)
+        return self._spark
+
+    @property
+    def named(self) -> str:
+        return _named(self.store)
+
+    @property
+    def location(self) -> str:
+        return os.fspath(self.store)
+
+    def first(self, sql: str, params: Mapping[str, object]) -> tuple | None:
+        statement = translate(sql)
+        rows = self.spark.sql(statement.text, args=statement.args(params)).take(1)
+        return tuple(rows[0]) if rows else None
+
+    def holds(self, run: str) -> bool:
+        return any(self.first(f"SELECT 1 FROM {table} WHERE run_id = $run", {"run": run}) for table in table_schemas())
+
+    def dataframe(self, entry: Entry, params: dict[str, object]) -> DataFrame:
+        """The entry's answer as a Spark DataFrame, computed when collected (``params``: bound); an error Spark
+        finds in its SQL as one line."""
+        from pyspark.errors import PySparkException
+
+        sql = entry_sql(entry)
+        try:
+            return self.spark.sql(sql.text, args=sql.args(params))
+        except PySparkException as exc:
+            raise AtlasError(_said(entry, _messages(exc), params)) from None
+
+    def frame(self, entry: Entry, params: dict[str, object]) -> pl.DataFrame:
+        return collect(entry, self.dataframe(entry, params), params)
+
+
 def answer(
     spark: SparkSession, store: str | os.PathLike[str], name: str, /, run: str | None = None, **params: object
 ) -> SparkAnswer:
     """The catalogue entry named by ``name`` (a name, an alias or close words) on Spark over the store, its
     parameters bound and checked as on DuckDB (``run``: default the latest run) and its needs met; the frame is
     computed when collected."""
-    from pyspark.errors import PySparkException
-
     entry = resolve(name)
-    register(spark, store)
-    values = {key: _parameter_text(value) for key, value in params.items()}
-    takes = {p.name for p in entry.parameters}
-    if entry.takes_run(run):
-        values["run"] = run or values.get("run") or _latest_run(spark, store)
-    for key, value in values.items():
-        if key in RUN_PARAMS and key in takes and value:
-            _check_run(spark, store, value, key, RUN_PARAMS[key])
-    bound = entry.bind(values)
-    notes = _check_needs(spark, entry, bound)
-    used = [f"{key} {_run_line(spark, str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
-    title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
-    sql = entry_sql(entry)
-    try:
-        frame = spark.sql(sql.text, args=sql.args(bound))
-    except PySparkException as exc:
-        raise AtlasError(_said(entry, _messages(exc), bound)) from None
-    return SparkAnswer(entry, frame, title, tuple(notes), bound)
+    engine = SparkEngine(store, spark)
+    ready = prepare(engine, entry, run, params)
+    return SparkAnswer(entry, engine.dataframe(entry, ready.params), ready.title, ready.notes, ready.params)
 
 
 def query(
@@ -234,54 +276,6 @@ def _named(store: str | os.PathLike[str]) -> str:
     if isinstance(store, Store):
         return store.named
     return store_named(os.fspath(store), from_env=isinstance(store, EnvURI))
-
-
-def _parameter_text(value: object) -> str:
-    """A Python value as --param NAME=VALUE gives it (True -> 'true', None -> '')."""
-    if value is None:
-        return ""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _first(spark: SparkSession, sql: str, **args: object) -> tuple | None:
-    rows = spark.sql(sql, args=args).take(1)
-    return tuple(rows[0]) if rows else None
-
-
-def _latest_run(spark: SparkSession, store: str | os.PathLike[str]) -> str:
-    row = _first(spark, LATEST_SQL)
-    if row is None:
-        raise AtlasError(f"{_named(store)}: the store holds no run yet")
-    return row[0]
-
-
-def _check_run(spark: SparkSession, store: str | os.PathLike[str], run: str, param: str, kind: str) -> None:
-    """``run`` is an ingested run (kind 'runs') or, kind 'any', a run with rows in any table."""
-    for table in ["runs"] if kind == "runs" else list(table_schemas()):
-        if _first(spark, f"SELECT 1 FROM {table} WHERE run_id = :run", run=run):
-            return
-    named = arg(param, repr(run), query=param != "run")
-    raise AtlasError(f"{named}: no such run in {os.fspath(store)} (see 'atlas runs')")
-
-
-def _run_line(spark: SparkSession, run_id: str) -> str:
-    """The run and what it ran, as the DuckDB engine's title says it."""
-    row = _first(spark, "SELECT model, corpus FROM runs WHERE run_id = :run", run=run_id)
-    if row is not None:
-        return f"{run_id} (model {row[0]}, corpus {row[1]})"
-    row = _first(spark, "SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = :run", run=run_id)
-    return f"{run_id} ({row[0]} model from {row[1]})" if row and row[0] else run_id
-
-
-def _check_needs(spark: SparkSession, entry: Entry, bound: dict[str, object]) -> list[str]:
-    """As ``atlas.prerequisites.check``: raise for an unmet need, return the notes."""
-
-    def count(need: Need) -> int | None:
-        sql = translate(need.sql, f"{entry.path.name}: a need")
-        row = _first(spark, sql.text, **sql.args(bound))
-        return row[0] if row else None
-
-    return check_with(entry, bound, count)
 
 
 def _said(entry: Entry, messages: list[str], params: dict[str, object]) -> str:

@@ -14,6 +14,7 @@ text, on either engine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 
@@ -34,7 +35,7 @@ class SparkSQL:
     text: str
     parameters: tuple[str, ...]
 
-    def args(self, values: dict[str, object]) -> dict[str, object]:
+    def args(self, values: Mapping[str, object]) -> dict[str, object]:
         """The values of the parameters the statement binds."""
         return {name: values[name] for name in self.parameters}
 

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from transformers import AutoModelForSequenceClassification
 
 from atlas.errors import AtlasError, Note, arg
-from atlas.ingestion.glue_tsv import Examples, TaskSpec
+from atlas.ingestion.readers.glue_tsv import Examples, TaskSpec
 from atlas.model.intervene import Intervention, intervening
 from atlas.model.load import LoadedModel, load_model
 from atlas.tasks.metrics import metrics

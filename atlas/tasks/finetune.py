@@ -24,7 +24,7 @@ import torch
 from tqdm import tqdm
 
 from atlas.errors import AtlasError, Note, arg
-from atlas.ingestion.glue_tsv import Examples
+from atlas.ingestion.readers.glue_tsv import Examples
 from atlas.tasks.classifier import TASK_FILE, TaskModel, encode, evaluate
 from atlas.tasks.publish import publish, recover, staging
 

@@ -161,8 +161,8 @@ def mlm_gradients(
     ``progress``: a bar over the batches."""
     from transformers import AutoModelForMaskedLM
 
-    from atlas.ingestion.conllu import read_conllu
     from atlas.ingestion.corpus import check_corpus
+    from atlas.ingestion.readers.conllu import read_conllu
     from atlas.model.load import load_model
 
     check_corpus(corpus)  # a malformed corpus fails here, with its file and line
@@ -195,7 +195,7 @@ def task_gradients(
 ) -> tuple[str, str, np.ndarray, np.ndarray]:
     """A fine-tuned task model's loss over the first ``limit`` dev examples of its task in ``data`` (not Clark et
     al.'s); as ``mlm_gradients``."""
-    from atlas.ingestion.glue_tsv import load_split
+    from atlas.ingestion.readers.glue_tsv import load_split
     from atlas.tasks.classifier import encode
     from atlas.tasks.importance import example_losses
     from atlas.tasks.record import task_run_id

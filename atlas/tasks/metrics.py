@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import pearsonr, spearmanr
 
-from atlas.ingestion.glue_tsv import TaskSpec
+from atlas.ingestion.readers.glue_tsv import TaskSpec
 
 
 def metrics(spec: TaskSpec, predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:

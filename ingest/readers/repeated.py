@@ -2,7 +2,7 @@
 
 N token ids are drawn uniformly, with replacement, from the model's vocabulary (every id the tokenizer knows,
 its special tokens left out), then repeated once: 2N tokens; K such sequences, each one input, laid out in the
-tokenizer's own template (``ingest.template``), so that a tokenizer that puts a BOS first (Llama's
+tokenizer's own template (``atlas.ingestion.template``), so that a tokenizer that puts a BOS first (Llama's
 ``<s>``/``<|begin_of_text|>``, the sample decoder's ``<bos>``) puts it first here too, and GPT-2's adds none.
 TransformerLens's main demo (``demos/Main_Demo.ipynb``, the induction-score cells) draws 10 sequences of 50
 ids (``torch.randint(1000, 10000, (10, 50))``, no BOS): the defaults are N = 50 and K = 10.
@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.conllu import Sentence, Word
-from atlas.ingestion.corpus_info import CorpusInfo
+from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader
+from atlas.ingestion.readers.conllu import Sentence, Word
+from atlas.ingestion.readers.corpus_info import CorpusInfo
 
 if TYPE_CHECKING:  # light to import: a finished run is found by its settings without loading transformers
     from transformers import PreTrainedTokenizerBase
@@ -77,7 +78,8 @@ class Repeated:
     def info(self) -> CorpusInfo:
         """The corpus as a run records it: its name as its path, the sha256 of its name."""
         self.check()
-        return CorpusInfo(Path(self.name), hashlib.sha256(self.name.encode()).hexdigest(), self.count, "repeated")
+        digest = hashlib.sha256(self.name.encode()).hexdigest()
+        return CorpusInfo(Path(self.name), digest, self.count, RepeatedTokens.name)
 
 
 def vocabulary(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
@@ -86,9 +88,7 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase) -> np.ndarray:
     special |= {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
     ids = np.array([i for i in range(len(tokenizer)) if i not in special], dtype=np.int64)
     if ids.size == 0:
-        raise AtlasError(
-            f"{arg('format', repr('repeated'))}: the model's tokenizer has no id that is not a special token"
-        )
+        raise AtlasError(f"{RepeatedTokens().given}: the model's tokenizer has no id that is not a special token")
     return ids
 
 
@@ -138,3 +138,66 @@ def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_le
         ]  # fmt: skip
         sentence = Sentence(index=k, sent_id=str(k + 1), doc_id=None, line=k + 1, words=words)
         yield AlignedSentence(sentence, Pieces([[i] for i in row], [[text] for text in texts]))
+
+
+class RepeatedTokens(FileReader):
+    """``--format repeated``: no corpus file; sequences of token ids drawn from the model's vocabulary, each
+    repeated once, read as pieces (no text to align)."""
+
+    name = "repeated"
+    help = (
+        "no corpus file, --count sequences of --length token ids drawn from the model's vocabulary, each repeated "
+        "once (the probe for induction heads), the tokenizer's BOS first where it puts one"
+    )
+    takes_file = False
+    has_text = False
+    options = {
+        "length": "{option}: sets the sequences of {formats}; add it or leave {option} out",
+        "count": "{option}: sets the sequences of {formats}; add it or leave {option} out",
+        "sample_seed": DRAW_SEED,
+    }
+
+    def corpus_path(self, corpus: Path | None, options: CorpusOptions) -> Path:
+        if corpus is not None:
+            raise AtlasError(
+                f"{arg('corpus')}: {self.given} draws its tokens from the model's vocabulary; leave {arg('corpus')} out"
+            )
+        length = LENGTH if options.length is None else options.length
+        settings = Repeated(length, COUNT if options.count is None else options.count, options.sample_seed or 0)
+        settings.check()
+        return Path(settings.name)
+
+    def pack(self, pack: str | None, options: CorpusOptions) -> str:
+        if pack not in (None, "none"):
+            raise AtlasError(f"{arg('pack')}: each repeated-token sequence is one input; leave {arg('pack')} out")
+        return "none"
+
+    def info(self, path: Path, options: CorpusOptions) -> CorpusInfo:
+        return Repeated.parse(path.name).info()  # its sha256 is that of its name
+
+    def with_sha256(self, info: CorpusInfo) -> CorpusInfo:
+        return info
+
+    def check(self, info: CorpusInfo) -> CorpusInfo:
+        return Repeated.parse(info.path.name).info()
+
+    def changed(self, info: CorpusInfo) -> bool:
+        return False  # no file
+
+    def run_stem(self, info: CorpusInfo) -> str:
+        return Repeated.parse(info.path.name).stem  # named by its settings
+
+    def sentences(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
+    ) -> Iterator[Sentence]:
+        raise ValueError("a repeated-token corpus is read as pieces")
+
+    def pieces(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int
+    ) -> Iterator[AlignedSentence]:
+        return read_repeated(info, tokenizer, max_length)
+
+    def check_fits(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int, model_limit: str
+    ) -> None:
+        check_fits(Repeated.parse(info.path.name), tokenizer, max_length, model_limit)

@@ -29,11 +29,17 @@ import tarfile
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
-from atlas.errors import AtlasError
-from atlas.ingestion.conllu import Sentence, Word
+from atlas.errors import AtlasError, arg
+from atlas.ingestion.readers.base import CorpusOptions, FileReader
+from atlas.ingestion.readers.conllu import Sentence, Word
+from atlas.ingestion.readers.corpus_info import CorpusInfo, dropped_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 NS = "{http://framenet.icsi.berkeley.edu}"
 MAX_SENTENCE_TOKENS = 12
@@ -311,3 +317,38 @@ def read_framenet(path: Path, dropped: Counter[str] | None = None) -> Iterator[S
             text, spans = _written(ex.tokens)
             yield Sentence(index, ex.sent_id, lu, 0, words, frames=elements, text=text, spans=spans)
             index += 1
+
+
+class FrameNet(FileReader):
+    """``--format framenet``: FrameNet 1.5's exemplar sentences, one per input, after Kovaleva et al.'s filters."""
+
+    name = "framenet"
+    help = (
+        "FrameNet 1.5 lexical-unit exemplars (lu/*.xml, their folder or .tar.gz; the release's frame/ folder beside "
+        "lu/ gives each frame's core set), Kovaleva et al.'s filters"
+    )
+    takes_folder = True
+
+    def pack(self, pack: str | None, options: CorpusOptions) -> str:
+        if pack not in (None, "none"):
+            raise AtlasError(f"{arg('pack')}: FrameNet sentences are read one per input; leave {arg('pack')} out")
+        return "none"
+
+    def check(self, info: CorpusInfo) -> CorpusInfo:
+        counts: Counter[str] = Counter()
+        n = sum(1 for _ in read_framenet(info.path, counts))
+        dropped = tuple((reason, counts[reason]) for reason in REASONS if counts[reason])
+        if n == 0:
+            kept = f" that passes Kovaleva et al.'s filters ({dropped_text(dropped)})" if dropped else ""
+            raise AtlasError(f"{info.path}: the corpus holds no exemplar sentence{kept}")
+        return replace(self.with_sha256(info), n_sentences=n, dropped=dropped)
+
+    def sentences(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
+    ) -> Iterator[Sentence]:
+        return read_framenet(info.path)
+
+    def summary(
+        self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
+    ) -> dict[str, object]:
+        return {"dropped": info.dropped}

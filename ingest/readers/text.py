@@ -33,8 +33,8 @@ segments); without, every pair in file order. The truncation draws come from the
 Words, POS tags and dependencies come from spaCy (the GLUE reader's annotation) over the whole paragraph,
 before the cut: a kept word whose head was cut off has no head and no relation.
 
-What the model reads (``text``, see ``ingest.align``): by default the paragraph as written, spaCy's words placed
-on it by their character offsets, a cut paragraph from its first kept word's first character to its last kept
+What the model reads (``text``, see ``atlas.ingestion.align``): by default the paragraph as written, spaCy's words
+placed on it by their character offsets, a cut paragraph from its first kept word's first character to its last kept
 word's last; a word's pieces for the cut are those the first-character rule gives it. Where a cut parts two words
 that share a piece (written text only), the tokenizer splits their characters anew: while the two cut texts hold
 more pieces than the budget, the longer (the second on a tie) loses its last word. ``words``: the words joined by
@@ -46,21 +46,21 @@ from __future__ import annotations
 import random
 import re
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from transformers import PreTrainedTokenizerBase
-
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.align import align, align_texts, word_texts
-from atlas.ingestion.conllu import Sentence, Word
-from atlas.ingestion.glue_corpus import _nlp, _words, word_spans
+from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader
+from atlas.ingestion.readers.conllu import Sentence, Word
+from atlas.ingestion.readers.corpus_info import CorpusInfo
+from atlas.ingestion.readers.glue import _nlp, _words, word_spans
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # light to import: a finished run is found by its settings without loading transformers
     from spacy.tokens import Doc
+    from transformers import PreTrainedTokenizerBase
 
 _HEADING = re.compile(r"((?:= )+)(.*?)((?: =)+)")
 _WIKITEXT_MARKER = re.compile(r" @([-,.])@ ")
@@ -195,6 +195,8 @@ def _fitted(
     tokenizer: PreTrainedTokenizerBase, whole: list[Sentence], keep: tuple[range, range], budget: int, path: Path
 ) -> tuple[range, range]:
     """The cut of a pair as written, within ``budget`` pieces (see the module notes)."""
+    from atlas.ingestion.align import align
+
     spans = [[k.start, k.stop] for k in keep]
     while all(a < b for a, b in spans):
         parts = [_part(s, range(*k)) for s, k in zip(whole, spans, strict=True)]
@@ -243,7 +245,9 @@ def read_text(
     text: str = "written",
 ) -> Iterator[Sentence]:
     """Yield the two paragraphs of each input, cut to ``max_length`` pieces of the text the model reads in mode
-    ``text`` (``written`` or ``words``, ``ingest.align``; see the module notes)."""
+    ``text`` (``written`` or ``words``, ``atlas.ingestion.align``; see the module notes)."""
+    from atlas.ingestion.align import align, align_texts, word_texts
+
     pairs = read_pairs(path, sample)
     rng = random.Random(seed)
     order = iter(rng.sample(range(len(pairs)), len(pairs)) if sample is not None else range(len(pairs)))
@@ -278,3 +282,54 @@ def read_text(
             f"{arg('sample', sample)}: only {taken} of the {len(pairs)} paragraph pairs of {path} keep words of both "
             f"paragraphs within {arg('max_length', max_length)}"
         )
+
+
+class Text(FileReader):
+    """``--format text``: WikiText raw or plain text, an article's paragraphs two by two as pair inputs, cut to the
+    model's pieces as they are read."""
+
+    name = "text"
+    help = (
+        "WikiText raw or plain text, an article's paragraphs two by two as a pair input (Clark et al.'s Wikipedia "
+        "segments), words and dependencies by spaCy"
+    )
+    options = {
+        "sample": "{option}: only a {formats} corpus is sampled",
+        "sample_seed": DRAW_SEED,
+    }
+
+    def pack(self, pack: str | None, options: CorpusOptions) -> str:
+        if pack not in (None, "pair"):
+            raise AtlasError(f"{arg('pack')}: a text file is read as paragraph pairs; leave {arg('pack')} out")
+        return "pair"
+
+    def info(self, path: Path, options: CorpusOptions) -> CorpusInfo:
+        info = CorpusInfo(path, "", 0, self.name, None, options.sample, options.sample_seed or 0)
+        return replace(info, label=self.corpus_name(info))
+
+    def check(self, info: CorpusInfo) -> CorpusInfo:
+        # its paragraphs are annotated once, at ingest, when they are cut to the model's pieces
+        pairs = read_pairs(info.path, info.sample)  # fails on a malformed file or a sample larger than its pairs
+        n = 2 * (len(pairs) if info.sample is None else info.sample)
+        return replace(self.with_sha256(info), n_sentences=n)
+
+    def corpus_name(self, info: CorpusInfo) -> str:
+        if info.sample is not None:
+            return f"{info.path.name} (sample {info.sample}, seed {info.sample_seed})"
+        return info.path.name
+
+    def run_key(self, info: CorpusInfo) -> list[object]:
+        return [self.name, None, info.sample, info.sample_seed]
+
+    def sentences(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
+    ) -> Iterator[Sentence]:
+        if tokenizer is None or max_length is None:
+            raise ValueError("a text corpus is read with a tokenizer and a max_length")
+        return read_text(info.path, tokenizer, max_length, info.sample, info.sample_seed, text)
+
+    def summary(
+        self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
+    ) -> dict[str, object]:
+        cut = count_examples("len(list_filter(sent_ids, s -> contains(s, ':'))) > 0")  # LINE:FIRST-LAST/N: cut
+        return {"n_cut": cut, "n_left_out": info.n_sentences // 2 - n_examples}

@@ -6,7 +6,7 @@ line raises ``AtlasError`` naming ``file:line``: among them HEADs that make word
 and a multiword token's range that is not the words after it.
 
 Each sentence also carries its text as written and each word's characters in it (``Sentence.text``,
-``Sentence.spans``), what a model reads by default (``ingest.align``):
+``Sentence.spans``), what a model reads by default (``atlas.ingestion.align``):
 - the sentence's ``# text`` comment, when its words are found in it in order, separated by nothing but
   whitespace (a multiword token by its surface form: ``don't``, not ``do n't``); otherwise, and for a
   sentence without ``# text``, its surface tokens joined by single spaces, none after a token whose MISC
@@ -20,11 +20,17 @@ Each sentence also carries its text as written and each word's characters in it 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError
+from atlas.ingestion.readers.base import FileReader
+from atlas.ingestion.readers.corpus_info import CorpusInfo
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 _ENTITY_ITEM = re.compile(r"\(([^()]+)\)|\(([^()]+)|([^()]+)\)")
 _DISCONTINUOUS = re.compile(r"\[\d+/\d+\]$")
@@ -63,7 +69,7 @@ class Sentence:
     words: list[Word] = field(default_factory=list)
     mentions: list[Mention] = field(default_factory=list)  # mentions that end in this sentence
     label: str | None = None  # the task label of a task example (GLUE), None for a treebank
-    frames: list = field(default_factory=list)  # FrameNet frame elements (ingest.framenet.FrameElement)
+    frames: list = field(default_factory=list)  # FrameNet frame elements (its reader's FrameElement)
     text: str | None = None  # the sentence as written (None: known only as its words)
     spans: list[tuple[int, int]] | None = None  # each word's characters in text, [start, end); (k, k): none
     text_unmatched: bool = False  # CoNLL-U: its '# text' does not hold its words; text is their joined forms
@@ -377,3 +383,23 @@ def write_first_sentences(src: Path, n_sentences: int, dst: Path) -> Path:
                 break
     dst.write_text("".join(out), encoding="utf-8")
     return dst
+
+
+class Conllu(FileReader):
+    """``--format conllu`` (the default): a CoNLL-U file, its sentences one per input unless packed."""
+
+    name = "conllu"
+    help = ""
+
+    def run_key(self, info: CorpusInfo) -> list[object]:
+        return []  # the first runs' ids: a CoNLL-U corpus is its bytes alone
+
+    def sentences(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
+    ) -> Iterator[Sentence]:
+        return read_conllu(info.path)
+
+    def summary(
+        self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
+    ) -> dict[str, object]:
+        return {"n_text_unmatched": len(unmatched_texts(info.path))} if text == "written" else {}

@@ -12,23 +12,22 @@ from atlas.errors import AtlasError, arg
 
 @dataclass(frozen=True)
 class CorpusInfo:
-    path: Path
+    path: Path  # the corpus file (a drawn corpus: its name)
     sha256: str
     n_sentences: int
-    fmt: str = "conllu"  # conllu | glue | framenet | text
+    fmt: str = "conllu"  # the reader's name (--format; see atlas.ingestion.readers)
     task: str | None = None  # the GLUE task of a glue file
     sample: int | None = None  # text: the number of paragraph pairs drawn (None: every pair)
     sample_seed: int = 0  # text: seed of the draw and of the truncation
-    # framenet: the exemplar sentences Kovaleva et al.'s filters drop, by reason (``ingest.framenet.REASONS``)
+    # framenet: the exemplar sentences Kovaleva et al.'s filters drop, by reason (``REASONS`` of its reader)
     dropped: tuple[tuple[str, int], ...] = field(default=(), compare=False)
+    label: str = field(default="", compare=False)  # runs.corpus, as the reader names it (empty: the file's name)
 
     @property
     def name(self) -> str:
-        """The corpus as runs.corpus shows it: the file name, with the task for GLUE files (SST-2/dev.tsv)
-        and the draw for a sampled text file (wiki.test.raw (sample 1000, seed 0))."""
-        if self.fmt == "text" and self.sample is not None:
-            return f"{self.path.name} (sample {self.sample}, seed {self.sample_seed})"
-        return f"{self.task}/{self.path.name}" if self.fmt == "glue" else self.path.name
+        """The corpus as runs.corpus shows it: the file name, or the reader's name for it (SST-2/dev.tsv,
+        wiki.test.raw (sample 1000, seed 0))."""
+        return self.label or self.path.name
 
 
 def dropped_text(dropped: tuple[tuple[str, int], ...]) -> str:
@@ -49,15 +48,15 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_file(path: Path, fmt: str) -> None:
-    """Refuse a corpus path that no reader of ``fmt`` reads (before the model is loaded): a pipe (the corpus is
-    read more than once), a folder (but FrameNet's), a gzip-compressed file."""
+def check_file(path: Path, folder: bool = False) -> None:
+    """Refuse a corpus path that no reader reads (before the model is loaded): a pipe (the corpus is read more
+    than once), a folder (where the reader reads none: ``folder``), a gzip-compressed file."""
     if path.exists() and not path.is_file() and not path.is_dir():  # <(zcat ...), a FIFO: it reads once
         raise AtlasError(f"{path}: not a regular file (a pipe?); the corpus is read more than once: write it to a file")
     given = arg("corpus", repr(str(path)))
-    if path.is_dir() and fmt != "framenet":
+    if path.is_dir() and not folder:
         raise AtlasError(f"{given}: is a folder; name the corpus file")
-    if path.is_file() and fmt != "framenet":
+    if path.is_file() and not folder:
         with path.open("rb") as handle:
             if handle.read(2) == b"\x1f\x8b":
                 raise AtlasError(f"{given}: is gzip-compressed; decompress it first (gunzip -k)")

