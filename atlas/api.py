@@ -58,9 +58,6 @@ FORMATS = formats()  # the corpora --format reads, one reader each (atlas.ingest
 FORMAT_HELP = format_help()  # what --format says of each
 
 
-ENGINES = ("duckdb", "spark")  # where a catalogue entry's SQL runs (the CLI's --engine), the default first
-
-
 @checks.typed
 def store_at(path: str | os.PathLike[str] | None = None) -> Store:
     """The store at ``path``, else $ATLAS_STORE, else ./atlas-store (as the CLI's --store), named in errors as given:
@@ -462,6 +459,39 @@ class Classed:
     thresholds: dict[str, float] | None  # the rule's (no labels)
 
 
+@contextlib.contextmanager
+def _duckdb_engine(store: str | os.PathLike[str] | None, master: str) -> Iterator[Callable[[], Engine]]:
+    """DuckDB's engine on the store ``open`` takes (``master``: Spark's, not used)."""
+    with open(store) as st:
+        yield st._engine
+
+
+@contextlib.contextmanager
+def _spark_engine(store: str | os.PathLike[str] | None, master: str) -> Iterator[Callable[[], Engine]]:
+    """Spark's engine on ``store``, made when the answer path first asks for it (its Java starts only for an answer
+    it can give): a URI as given (or as $ATLAS_STORE gives it), else the folder ``open`` takes."""
+
+    def made() -> Engine:
+        from atlas.spark import EnvURI, SparkEngine
+
+        env = os.environ.get("ATLAS_STORE") or ""
+        if store is not None and is_uri(os.fspath(store)):
+            return SparkEngine(os.fspath(store), master=master)
+        if store is None and is_uri(env):
+            return SparkEngine(EnvURI(env), master=master)
+        return SparkEngine(store_at(store), master=master)
+
+    yield made
+
+
+# the CLI's --engine: where a catalogue entry's SQL runs, the default first -> the engine on a store and Spark's master
+_OPENERS: dict[str, Callable[..., contextlib.AbstractContextManager[Callable[[], Engine]]]] = {
+    "duckdb": _duckdb_engine,
+    "spark": _spark_engine,
+}
+ENGINES = tuple(_OPENERS)
+
+
 @checks.typed
 def answer(
     name: str,
@@ -484,12 +514,10 @@ def answer(
     Java starts."""
     if engine not in ENGINES:
         raise AtlasError(f"{arg('engine', repr(engine))}: expected one of {', '.join(ENGINES)}")
-    if engine == "duckdb":
-        with open(store) as st:
-            return _answered(st._engine, name, run, runs, figure, dict(params or {}))
-    if runs is not None:
-        raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', 'spark')}")
-    return _answered(lambda: _spark_engine(store, master), name, run, runs, figure, dict(params or {}))
+    if runs is not None and engine != ENGINES[0]:
+        raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', engine)}")
+    with _OPENERS[engine](store, master) as opened:
+        return _answered(opened, name, run, runs, figure, dict(params or {}))
 
 
 def _answered(
@@ -514,18 +542,6 @@ def _answered(
     found = answer_on(engine(), entry, run, runs, params)
     save(draw(found.entry, found.frame, found.title, found.runs), Path(figure))
     return found
-
-
-def _spark_engine(store: str | os.PathLike[str] | None, master: str) -> Engine:
-    """Spark's engine on ``store``: a URI as given (or as $ATLAS_STORE gives it), else the folder ``open`` takes."""
-    from atlas.spark import EnvURI, SparkEngine
-
-    env = os.environ.get("ATLAS_STORE") or ""
-    if store is not None and is_uri(os.fspath(store)):
-        return SparkEngine(os.fspath(store), master=master)
-    if store is None and is_uri(env):
-        return SparkEngine(EnvURI(env), master=master)
-    return SparkEngine(store_at(store), master=master)
 
 
 def _kind(statement: duckdb.Statement) -> str:

@@ -4,7 +4,6 @@ generated from the headers."""
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -16,6 +15,7 @@ from atlas.compare import key_columns
 from atlas.errors import AtlasError
 from atlas.needs import ROLES_STORED, SHARED
 from atlas.prerequisites import check
+from atlas.store import SCHEMA_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +62,7 @@ def test_each_entry_keeps_its_needs_keys_and_figure_when_renamed(tmp_path):
 @pytest.fixture
 def empty_store() -> duckdb.DuckDBPyConnection:
     con = duckdb.connect()
-    con.execute((resources.files("atlas") / "schema.sql").read_text())
+    con.execute(SCHEMA_FILE.read_text())
     return con
 
 
