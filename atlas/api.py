@@ -633,16 +633,18 @@ def ingest(
     an interrupted ingest resumes when run again (with either engine). ``engine='ray'``: the chunks are staged
     by ``workers`` (default 2) Ray Data actors with ``gpus_per_worker`` GPUs each, on the Ray cluster at
     ``ray_address`` (default: a local instance); the store is the same (see ``atlas.ingestion.ray_engine``)."""
-    from atlas.ingestion.options import plan, stager
+    from atlas.ingestion.options import Asked, plan, stager
     from atlas.ingestion.readers.base import CorpusOptions
     from atlas.ingestion.run_id import ingested_run
 
     options = CorpusOptions(task, sample, sample_seed, length, count)
-    asked = plan(
-        corpus, format, options, random_init=random_init, seed=seed, kept_mass=kept_mass, max_edges=max_edges,
-        dense=dense, max_length=max_length, pack=pack, text=text, word_rows=word_rows, device=device, dtype=dtype,
-        config=config, engine=engine, ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
+    request = Asked(
+        corpus=corpus, format=format, options=options, random_init=random_init, seed=seed, kept_mass=kept_mass,
+        max_edges=max_edges, dense=dense, max_length=max_length, pack=pack, text=text, word_rows=word_rows,
+        device=device, dtype=dtype, config=config, engine=engine, ray_address=ray_address, workers=workers,
+        gpus_per_worker=gpus_per_worker,
     )  # fmt: skip
+    asked = plan(request)
     given, settings, overrides = asked.options, asked.settings, asked.overrides
     target = store_at(store)
     target.check_database()  # another program's database, before the model loads and anything is written
@@ -659,7 +661,7 @@ def ingest(
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
 
-    stage = stager(engine, ray_address, workers, gpus_per_worker)
+    stage = stager(request)
     if stage is None:  # Ray's workers find their own devices
         resolve_device(device)
     if overrides:  # a key the config has not is refused before the corpus is read

@@ -15,7 +15,7 @@ import transformers
 
 from atlas.ingestion.align import AlignedSentence, align
 from atlas.ingestion.readers import DEFAULT, check_options, reader
-from atlas.ingestion.readers.base import CorpusOptions
+from atlas.ingestion.readers.base import CorpusOptions, Reading
 from atlas.ingestion.readers.conllu import Sentence
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 
@@ -31,7 +31,7 @@ def read_corpus(
     """The corpus's sentences; a reader that cuts its inputs to the model's pieces (text) needs the model's
     tokenizer and the input length (in pieces of the text the model reads, ``text``: ``atlas.ingestion.align``);
     a drawn corpus has pieces, not words to align: ``read_aligned``."""
-    return reader(corpus.fmt).sentences(corpus, tokenizer, max_length, text)
+    return reader(corpus.fmt).sentences(corpus, Reading(tokenizer, max_length, text))
 
 
 def read_aligned(
@@ -48,7 +48,7 @@ def read_aligned(
     if not read.has_text:
         yield from read.pieces(corpus, tokenizer, max_length)
         return
-    sentences = iter(read.sentences(corpus, tokenizer, max_length, text))
+    sentences = iter(read.sentences(corpus, Reading(tokenizer, max_length, text)))
     while block := list(islice(sentences, batch)):
         yield from align(tokenizer, block, corpus.path, text)
 

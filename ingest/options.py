@@ -8,6 +8,7 @@ Nothing here imports torch: a run already in the store is found from the plan wi
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,14 +17,12 @@ from typing import TYPE_CHECKING
 from atlas import checks
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.device import resolve_dtype
-from atlas.ingestion.readers import check_options, corpus_path, drawn_seed_note, reader
+from atlas.ingestion.readers import DEFAULT, check_options, corpus_path, drawn_seed_note, reader
 from atlas.ingestion.readers.base import CorpusOptions, Reader
 from atlas.ingestion.run_id import Settings, check_settings, number_text
 from atlas.model.identity import config_overrides, override_text
 
 if TYPE_CHECKING:
-    import os
-
     from atlas.ingestion.pipeline import Stager
 
 ENGINES = ("local", "ray")  # --engine: this process runs the model, or Ray Data actors do
@@ -40,32 +39,38 @@ class Plan:
     overrides: dict[str, object]  # --random-init's config overrides
 
 
-def plan(
-    corpus: str | os.PathLike[str] | None,
-    format: str,
-    options: CorpusOptions,
-    *,
-    random_init: bool,
-    seed: int | None,
-    kept_mass: float | None,
-    max_edges: int | None,
-    dense: bool,
-    max_length: int | None,
-    pack: str | None,
-    text: str,
-    word_rows: str,
-    device: str,
-    dtype: str,
-    config: Mapping[str, object] | Sequence[str] | str | None,
-    engine: str,
-    ray_address: str | None,
-    workers: int | None,
-    gpus_per_worker: float | None,
-) -> Plan:
-    """The ingest ``atlas.ingest``'s arguments ask for, or its first refusal: option combinations that would do
-    something else than asked (or nothing), values out of range."""
+@dataclass(frozen=True)
+class Asked:
+    """What an ingest was asked for, as ``atlas.ingest`` takes it (None: not given; the defaults are the API's)."""
+
+    corpus: str | os.PathLike[str] | None = None
+    format: str = DEFAULT
+    options: CorpusOptions = CorpusOptions()
+    random_init: bool = False
+    seed: int | None = None
+    kept_mass: float | None = None
+    max_edges: int | None = None
+    dense: bool = False
+    max_length: int | None = None
+    pack: str | None = None
+    text: str = "written"
+    word_rows: str = "mean"
+    device: str = "auto"
+    dtype: str = "auto"
+    config: Mapping[str, object] | Sequence[str] | str | None = None
+    engine: str = ENGINES[0]
+    ray_address: str | None = None
+    workers: int | None = None
+    gpus_per_worker: float | None = None
+
+
+def plan(asked: Asked) -> Plan:
+    """The ingest ``asked`` asks for, or its first refusal: option combinations that would do something else than
+    asked (or nothing), values out of range."""
+    corpus, options, seed, dense, device = asked.corpus, asked.options, asked.seed, asked.dense, asked.device
+    random_init, kept_mass, max_edges, engine = asked.random_init, asked.kept_mass, asked.max_edges, asked.engine
     checks.seed("seed", seed)
-    chosen = reader(format)  # first: the other options' checks read it
+    chosen = reader(asked.format)  # first: the other options' checks read it
     if options.sample_seed is not None:
         checks.seed("sample_seed", options.sample_seed)
     check_options(chosen, options)
@@ -80,16 +85,16 @@ def plan(
         raise AtlasError(
             f"{arg('kept_mass')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('kept_mass')}"
         )
-    pack = chosen.pack(pack, options)
-    _check_engine_options(engine, ray_address, workers, gpus_per_worker, device)
-    overrides = config_overrides(config)
+    pack = chosen.pack(asked.pack, options)
+    _check_engine_options(asked)
+    overrides = config_overrides(asked.config)
     if overrides and not random_init:
         given = arg("config", override_text(*next(iter(overrides.items()))))
         raise AtlasError(
             f"{given}: the pretrained weights would not match a changed config; add {arg('random_init')} or leave "
             f"{arg('config')} out"
         )
-    dtype = resolve_dtype(dtype, device, (gpus_per_worker or 0) if engine == "ray" else None)
+    dtype = resolve_dtype(asked.dtype, device, (asked.gpus_per_worker or 0) if engine == "ray" else None)
     if max_edges is not None and dense:
         raise AtlasError(
             f"{arg('max_edges')}: {arg('dense')} keeps every weight; give one of {arg('dense')} and {arg('max_edges')}"
@@ -97,8 +102,9 @@ def plan(
     kept = None if dense else (Settings().kept_mass if kept_mass is None else kept_mass)
     edges = Settings().max_edges if max_edges is None else max_edges
     settings = Settings(
-        kept, max_length, pack, max_edges=edges, device=device, text=text, word_rows=word_rows, dtype=dtype
-    )
+        kept, asked.max_length, pack, max_edges=edges, device=device, text=asked.text, word_rows=asked.word_rows,
+        dtype=dtype,
+    )  # fmt: skip
     check_settings(settings)
     if options.sample is not None and options.sample < 1:
         raise AtlasError(f"{arg('sample', options.sample)}: expected 1 or more")
@@ -106,12 +112,11 @@ def plan(
     return Plan(chosen, path, resolved, settings, overrides)
 
 
-def _check_engine_options(
-    engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None, device: str
-) -> None:
+def _check_engine_options(asked: Asked) -> None:
+    engine, workers, gpus_per_worker, device = asked.engine, asked.workers, asked.gpus_per_worker, asked.device
     if engine not in ENGINES:
         raise AtlasError(f"{arg('engine', repr(engine))}: expected one of {', '.join(ENGINES)}")
-    ray_options = {"ray_address": ray_address, "workers": workers, "gpus_per_worker": gpus_per_worker}
+    ray_options = {"ray_address": asked.ray_address, "workers": workers, "gpus_per_worker": gpus_per_worker}
     given = [name for name, value in ray_options.items() if value is not None]
     if engine != "ray" and given:
         raise AtlasError(
@@ -130,9 +135,9 @@ def _check_engine_options(
         raise AtlasError(f"{claims}: claims GPUs that {arg('device', repr('cpu'))} leaves idle")
 
 
-def stager(engine: str, ray_address: str | None, workers: int | None, gpus_per_worker: float | None) -> Stager | None:
+def stager(asked: Asked) -> Stager | None:
     """The staging of ``engine='ray'`` (None: this process stages the chunks); Ray is imported here only."""
-    if engine != "ray":
+    if asked.engine != "ray":
         return None
     try:
         from atlas.ingestion.ray_engine import RayEngine
@@ -142,4 +147,4 @@ def stager(engine: str, ray_address: str | None, workers: int | None, gpus_per_w
         raise AtlasError(
             f"{arg('engine', repr('ray'))}: Ray is not installed (pip install 'attention-atlas[ray]')"
         ) from None
-    return RayEngine(ray_address, workers or 2, gpus_per_worker or 0)
+    return RayEngine(asked.ray_address, asked.workers or 2, asked.gpus_per_worker or 0)

@@ -28,6 +28,38 @@ def cut_conllu(src: Path, n_sentences: int, dst: Path) -> Path:
     return write_first_sentences(src, n_sentences, dst)
 
 
+def interrupt_at_chunk(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    """Make the ingest stop (as by Ctrl-C) when it comes to write chunk ``chunk``, the chunks before it written."""
+    from atlas.ingestion import pipeline
+
+    real = pipeline.write_table
+
+    def crash(run_dir: Path, at: int, *rest: object) -> None:
+        if at == chunk:
+            raise KeyboardInterrupt
+        real(run_dir, at, *rest)
+
+    monkeypatch.setattr(pipeline, "write_table", crash)
+
+
+def save_tiny_bert(path: Path, hidden: int, layers: int, heads: int) -> Path:
+    """A BERT of ``layers`` layers of ``heads`` heads with random weights (seed 0) and the embedded model's tokenizer,
+    saved to ``path``."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from atlas.model.load import default_model_path
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=2 * hidden,
+        max_position_embeddings=128,
+    )  # fmt: skip
+    BertModel(config).save_pretrained(path, safe_serialization=True)
+    AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def model() -> LoadedModel:
     return load_model(None)

@@ -17,7 +17,7 @@ from atlas.ingestion.run_id import MAX_EDGES
 from atlas.ingestion.write import ChunkRows
 from atlas.model.load import load_model
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, cut_conllu, interrupt_at_chunk, make_store
 from tests.reference import dense_attention, read_sentences
 
 TABLES = ("runs", "examples", "tokens", "words", "mentions", "attn_edges", "attn_rows", "word_rows")
@@ -83,13 +83,7 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     corpus = cut_conllu(EWT_SAMPLE, 30, tmp_path / "c.conllu")
     whole, run_id = make_store(tmp_path / "whole", corpus, model, chunk_examples=8)
     real = pipeline.write_table
-
-    def crash_on_third(run_dir, chunk, *rest):
-        if chunk == 2:
-            raise KeyboardInterrupt
-        real(run_dir, chunk, *rest)
-
-    monkeypatch.setattr(pipeline, "write_table", crash_on_third)
+    interrupt_at_chunk(monkeypatch, 2)
     store = Store(tmp_path / "resumed")
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)

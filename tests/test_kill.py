@@ -22,14 +22,11 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-import torch
 from click.testing import CliRunner
-from transformers import AutoTokenizer, BertConfig, BertModel
 
 from atlas.cli import cli
-from atlas.model.load import default_model_path
 from atlas.store import Store
-from tests.conftest import EWT_SAMPLE, cut_conllu
+from tests.conftest import EWT_SAMPLE, cut_conllu, save_tiny_bert
 
 ROOT = Path(__file__).resolve().parent.parent
 GLUE = ROOT / "samples" / "glue"
@@ -127,14 +124,7 @@ def run_store(tmp_path_factory) -> tuple[Path, str]:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     """A 2-layer, 2-head BERT with random weights and the embedded model's tokenizer."""
-    path = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(
-        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, max_position_embeddings=128
-    )
-    BertModel(config).save_pretrained(path, safe_serialization=True)
-    AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(path)
-    return path
+    return save_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), 16, 2, 2)
 
 
 @pytest.mark.parametrize(

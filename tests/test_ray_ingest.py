@@ -36,7 +36,7 @@ from atlas.ingestion.readers.repeated import Repeated
 from atlas.ingestion.run_id import Settings
 from atlas.model.load import load_model
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, cut_conllu, interrupt_at_chunk, make_store
 
 ray = pytest.importorskip("ray")
 
@@ -178,14 +178,7 @@ def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_pat
     published; a ray ingest then completes it."""
     run_id = whole[1]
     store = Store(tmp_path / "interrupted")
-    real_write = pipeline.write_table
-
-    def crash_on_third(run_dir, chunk, *rest):
-        if chunk == 2:
-            raise KeyboardInterrupt
-        real_write(run_dir, chunk, *rest)
-
-    monkeypatch.setattr(pipeline, "write_table", crash_on_third)
+    interrupt_at_chunk(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, SETTINGS, progress=False)
     assert staged_chunks(store, run_id) == [0, 1]

@@ -12,7 +12,7 @@ import pytest
 import atlas
 from atlas.errors import AtlasError
 from atlas.ingestion.readers import READERS, check_options, format_help, reader, register
-from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reader
+from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 
@@ -23,7 +23,7 @@ class WordPerLine(FileReader):
     name = "word-per-line"
     help = "one word per line, a blank line between sentences"
 
-    def sentences(self, info: CorpusInfo, tokenizer: object, max_length: int | None, text: str) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         words: list[Word] = []
         index = 0
         for number, line in enumerate([*info.path.read_text().splitlines(), ""], start=1):

@@ -37,7 +37,7 @@ from atlas.spark import engine
 from atlas.spark.sql import entry_sql, translate
 from atlas.spark.tables import files, schema_ddl
 from atlas.store import Store, table_schemas
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_conllu, make_store, save_tiny_bert
 
 GLUE = ROOT / "samples" / "glue" / "RTE"
 FRAMENET = ROOT / "samples" / "framenet" / "lu"
@@ -132,18 +132,7 @@ def store(tmp_path_factory, model) -> tuple[Path, dict[str, str]]:
 
 def _tiny_bert(path: Path) -> Path:
     """A 3-layer, 4-head BERT with random weights and the embedded model's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    from atlas.model.load import default_model_path
-
-    torch.manual_seed(0)
-    config = BertConfig(
-        hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=64, max_position_embeddings=128
-    )
-    BertModel(config).save_pretrained(path, safe_serialization=True)
-    AutoTokenizer.from_pretrained(default_model_path()).save_pretrained(path)
-    return path
+    return save_tiny_bert(path, 32, 3, 4)
 
 
 def test_the_parquet_files_hold_only_types_every_engine_reads(store):

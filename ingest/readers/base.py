@@ -43,6 +43,17 @@ class CorpusOptions:
         return [f.name for f in fields(self) if getattr(self, f.name) is not None]
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What a corpus is read with where its reader cuts inputs to the model's pieces (a text file's pairs): the
+    model's tokenizer, the longest input in pieces, and what the model reads of a sentence (``--text``, see
+    ``atlas.ingestion.align``); the other readers read the corpus alike whatever these are."""
+
+    tokenizer: PreTrainedTokenizerBase | None = None
+    max_length: int | None = None
+    text: str = "written"
+
+
 class Reader(Protocol):
     """One ``--format``: a kind of corpus and how the ingest reads it."""
 
@@ -93,11 +104,8 @@ class Reader(Protocol):
         """The start of a run id: the corpus, readable."""
         ...
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
-        """The corpus's sentences in order (``tokenizer`` and ``max_length``: for a reader that cuts its inputs to
-        the model's pieces; ``text``: what the model reads, ``atlas.ingestion.align``)."""
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
+        """The corpus's sentences in order."""
         ...
 
     def pieces(
@@ -155,7 +163,7 @@ class FileReader:
         return replace(info, sha256=sha256_of(info.path))
 
     def check(self, info: CorpusInfo) -> CorpusInfo:
-        n = sum(1 for _ in self.sentences(info, None, None, "written"))
+        n = sum(1 for _ in self.sentences(info, Reading()))
         if n == 0:
             raise AtlasError(f"{info.path}: the corpus holds no sentence")
         return replace(self.with_sha256(info), n_sentences=n)
@@ -172,9 +180,7 @@ class FileReader:
     def run_stem(self, info: CorpusInfo) -> str:
         return info.path.stem
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         raise NotImplementedError
 
     def pieces(

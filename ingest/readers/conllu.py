@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError
-from atlas.ingestion.readers.base import FileReader
+from atlas.ingestion.readers.base import FileReader, Reading
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    pass
 
 _ENTITY_ITEM = re.compile(r"\(([^()]+)\)|\(([^()]+)|([^()]+)\)")
 _DISCONTINUOUS = re.compile(r"\[\d+/\d+\]$")
@@ -394,9 +394,7 @@ class Conllu(FileReader):
     def run_key(self, info: CorpusInfo) -> list[object]:
         return []  # the first runs' ids: a CoNLL-U corpus is its bytes alone
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         return read_conllu(info.path)
 
     def summary(

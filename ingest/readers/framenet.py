@@ -34,12 +34,12 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.readers.base import CorpusOptions, FileReader
+from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo, dropped_text
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    pass
 
 NS = "{http://framenet.icsi.berkeley.edu}"
 MAX_SENTENCE_TOKENS = 12
@@ -343,9 +343,7 @@ class FrameNet(FileReader):
             raise AtlasError(f"{info.path}: the corpus holds no exemplar sentence{kept}")
         return replace(self.with_sha256(info), n_sentences=n, dropped=dropped)
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         return read_framenet(info.path)
 
     def summary(

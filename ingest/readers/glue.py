@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.readers.base import CorpusOptions, FileReader
+from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.ingestion.readers.glue_tsv import read_tsv, task_spec
 
 if TYPE_CHECKING:
     from spacy.tokens import Doc
-    from transformers import PreTrainedTokenizerBase
 
 # a GLUE run's examples are whole (a pair longer than max_length skipped, not split in two as earlier runs did)
 GLUE_WHOLE = ["glue examples", "whole"]
@@ -123,7 +122,5 @@ class Glue(FileReader):
     def run_stem(self, info: CorpusInfo) -> str:
         return f"{info.task}-{info.path.stem}"
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         return read_glue(info.path, info.task or "")

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader
+from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 
@@ -187,9 +187,7 @@ class RepeatedTokens(FileReader):
     def run_stem(self, info: CorpusInfo) -> str:
         return Repeated.parse(info.path.name).stem  # named by its settings
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
         raise ValueError("a repeated-token corpus is read as pieces")
 
     def pieces(

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader
+from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.ingestion.readers.glue import _nlp, _words, word_spans
@@ -321,12 +321,10 @@ class Text(FileReader):
     def run_key(self, info: CorpusInfo) -> list[object]:
         return [self.name, None, info.sample, info.sample_seed]
 
-    def sentences(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase | None, max_length: int | None, text: str
-    ) -> Iterator[Sentence]:
-        if tokenizer is None or max_length is None:
+    def sentences(self, info: CorpusInfo, reading: Reading) -> Iterator[Sentence]:
+        if reading.tokenizer is None or reading.max_length is None:
             raise ValueError("a text corpus is read with a tokenizer and a max_length")
-        return read_text(info.path, tokenizer, max_length, info.sample, info.sample_seed, text)
+        return read_text(info.path, reading.tokenizer, reading.max_length, info.sample, info.sample_seed, reading.text)
 
     def summary(
         self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
