@@ -9,8 +9,8 @@ field above it)::
     -- description: what the numbers mean
     --   (continued on indented comment lines)
     -- parameters:
-    --   run: run id (default: the latest run)
-    --   select_run: run whose accuracies select the head; empty for the run itself (default: )
+    --   run [run]: run id (default: the latest run)
+    --   select_run [run]: run whose accuracies select the head; empty for the run itself (default: )
     -- needs: SELECT count(*) FROM mentions WHERE run_id = $run
     --   else: run {run} has no coreference mentions: ingest a corpus with CorefUD 'Entity=' annotations
     --   (e.g. UD English GUM) with --pack window
@@ -19,10 +19,14 @@ field above it)::
     --   else: sep is empty
     -- keys: predictor, layer, head
     -- plot: heatmap all_types pronoun proper nominal
+    -- figure: a layer x head heat map of each of all_types, pronoun, proper, nominal
     -- labels:
     --   all_types: all mentions
 
-- ``parameters:`` one a line, ``name: description (default: value)``; without a default it is required.
+- ``parameters:`` one a line, ``name: description (default: value)``; without a default it is required. A
+  parameter holding a run id says so after its name: ``[run]``, an ingested run (refused where the store has no
+  such run), or ``[any run]``, a run with results of any kind (a task model's). ``run [run]`` is the run the
+  entry answers for (the CLI's ``--run``, beside which ``--compare`` names others; left out, the latest run).
 - ``needs:`` what the store must hold before the entry answers, checked in the header's order: a count over
   the store (``SELECT ...``, continued on indented lines; the entry's parameters bound as ``$name``), 0 when
   the need is not met, and below it ``else:`` the one line atlas refuses the entry with (``{name}``: the
@@ -32,8 +36,11 @@ field above it)::
 - ``notes:`` the same, but not fatal: the answer is given, with the message as a note.
 - ``keys:`` the columns naming a row, on which ``atlas query --compare`` aligns runs; left out: layer and
   head, those of them the answer has.
-- ``plot:`` the figure ``atlas plot`` draws (heatmap, layers, mds, bars, curve, stacked, hbars) and its columns;
-  left out or empty: none.
+- ``plot:`` the figure ``atlas plot`` draws, one of ``PLOT_KINDS`` (heatmap, layers, mds, bars, curve, stacked,
+  hbars), and its columns; left out or empty: none.
+- ``figure:`` what the figure draws, in words (docs/catalogue.md says it); required with ``plot:``.
+- ``baseline:`` a column of the answer, the same in every row, that a layers figure draws as a dashed reference
+  line (entropy's uniform attention).
 - ``labels:`` how the figure names its columns, one a line below it, ``column: words``; a column not listed is
   named by its name, '_' read as a space.
 
@@ -66,18 +73,22 @@ from atlas.errors import AtlasError, arg
 from atlas.needs import SHARED, Need
 
 QUERIES = resources.files("atlas.queries")  # the repository's queries/
-FIELDS = ("name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "labels")
+FIELDS = (
+    "name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "figure", "baseline",
+    "labels",
+)  # fmt: skip
+PLOT_KINDS = ("heatmap", "layers", "mds", "bars", "curve", "stacked", "hbars")  # the figures atlas.plot draws
 _FIELD = re.compile(r"-- (\w+):\s*(.*)")  # '-- name: value': a field
 _MORE = re.compile(r"--\s{2,}(.*)")  # an indented comment line: the field above continues
-_PARAMETER = re.compile(r"(\w+):\s*(.*)")
+_PARAMETER = re.compile(r"(\w+)(?:\s+\[(run|any run)\])?:\s*(.*)")  # name [run]: description (default: ...)
+_LABEL = re.compile(r"(\w+):\s*(.*)")
+RUN_KINDS = {"run": "runs", "any run": "any"}  # a parameter's [kind] -> the runs its value is looked for in
 _LISTS = {"parameters": "name: description", "labels": "column: words"}  # fields listed on the lines below
 _ELSE = re.compile(r"else:\s*(.*)")
 _SQL = re.compile(r"(SELECT|WITH)\b", re.IGNORECASE)
 _DEFAULT = re.compile(r"\(default: ([^)]*)\)\s*$")
 _STOP = {"the", "a", "an", "of", "per", "by", "for", "to", "and", "in", "on", "at", "from", "with", "vs"}
 _STOP |= {"what", "which", "how", "does", "do", "is", "are", "it", "its", "much", "many"}
-# the parameters holding a run id: of an ingested run (the runs table), or of any run with results (a task model's)
-RUN_PARAMS = {"run": "runs", "select_run": "runs", "base": "runs", "tuned": "runs", "model_run": "any"}
 REFUSAL = "atlas: "  # an entry's own refusal: error('atlas: ...') in its SQL (raise_error on Spark)
 _ENGINE_CLASS = re.compile(r"(?:[A-Za-z]+ )+Error: ")  # DuckDB's 'Binder Error: ', 'Invalid Input Error: ', ...
 
@@ -89,6 +100,7 @@ class Parameter:
     name: str
     description: str
     default: str | None  # None: required; 'the latest run' for run
+    run: str | None = None  # a run id: 'runs', of an ingested run, or 'any', of a run with results of any kind
 
 
 @dataclass(frozen=True)
@@ -106,6 +118,14 @@ class Entry:
     needs: tuple[Need, ...] = ()  # what the store must hold first (fatal) and the notes, in the header's order
     keys: tuple[str, ...] = ()  # the columns naming a row, for comparisons of runs; empty: layer and head
     labels: tuple[tuple[str, str], ...] = ()  # (column, words): how the figure names a column
+    figure: str = ""  # what the figure draws, in words
+    baseline: str | None = None  # the column a layers figure draws as a reference line
+
+    @property
+    def run_parameters(self) -> dict[str, str]:
+        """The parameters holding a run id, in the header's order, and the runs each is looked for in ('runs': the
+        ingested runs; 'any': every run with results)."""
+        return {p.name: p.run for p in self.parameters if p.run is not None}
 
     def label(self, column: str) -> str:
         """How the figure names ``column`` (``col@run`` as ``col``): the header's words, else the name with
@@ -214,11 +234,14 @@ class _Header:
         if self.field == "parameters":
             if not (match := _PARAMETER.fullmatch(text)):
                 self.fail(number, "a parameter is written '--   name: description (default: value)'")
-            name, description = match.group(1), match.group(2).strip()
+            name, kind, description = match.group(1), match.group(2), match.group(3).strip()
+            if name == "run" and kind != "run":
+                self.fail(number, "'run' is the run the entry answers for: write it '--   run [run]: ...'")
             default = _DEFAULT.search(description)
-            self.parameters.append(Parameter(name, description, default.group(1).strip() if default else None))
+            run = RUN_KINDS[kind] if kind else None
+            self.parameters.append(Parameter(name, description, default.group(1).strip() if default else None, run))
         elif self.field == "labels":
-            if not (match := _PARAMETER.fullmatch(text)) or not match.group(2).strip():
+            if not (match := _LABEL.fullmatch(text)) or not match.group(2).strip():
                 self.fail(number, "a label is written '--   column: words'")
             if match.group(1) in self.labels:
                 self.fail(number, f"a second label of '{match.group(1)}'")
@@ -251,11 +274,19 @@ class _Header:
         for column, (_, line) in self.labels.items():
             if column not in plot[1:]:
                 self.fail(line, f"'{column}' is labelled but not a column of the 'plot:' line")
+        if plot and plot[0] not in PLOT_KINDS:
+            self.fail(self.lines["plot"], f"unknown figure kind '{plot[0]}' (kinds: {', '.join(PLOT_KINDS)})")
+        if plot and not v.get("figure"):
+            self.fail(self.lines["plot"], "a 'plot:' line takes a 'figure:' line saying what the figure draws")
+        for name in ("figure", "baseline"):
+            if name in v and not plot:
+                self.fail(self.lines[name], f"'{name}:' without a 'plot:' line: there is no figure")
         parameters = tuple(self.parameters)
         labels = tuple((column, words) for column, (words, _) in self.labels.items())
         return Entry(
-            v["name"], aliases, v["paper"], v["description"], parameters, plot, sql, self.path, needs, keys, labels
-        )
+            v["name"], aliases, v["paper"], v["description"], parameters, plot, sql, self.path, needs, keys, labels,
+            v.get("figure", ""), v.get("baseline") or None,
+        )  # fmt: skip
 
     def _need(self, written: _WrittenNeed, known: set[str]) -> Need:
         """The need a header's lines write: SQL with its message, or a shared need (and its added text)."""

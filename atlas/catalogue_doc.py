@@ -33,17 +33,6 @@ _LINE_START = re.compile(r"^(\d*)([-+#=.)>])")  # at a line's start, maybe a lis
 _ESCAPED = r"\1\\\2"
 WIDTH = 110
 
-# what each kind of figure draws (``atlas.plot``), its columns in order
-FIGURES = {
-    "heatmap": "a layer x head heat map of each of {all}",
-    "layers": "per column ({all}), every head as a point over its layer and the layer mean as a line",
-    "mds": "every head as a point at ({0}, {1}), coloured by {2}",
-    "bars": "one bar of {1} per {0}, with {2} as a line",
-    "curve": "{1} over {0}, one line per {2}",
-    "stacked": "one bar per {0}, stacked by {rest}",
-    "hbars": "per {0}, a bar of {1} tagged with {3} above a bar of {2} tagged with {4}",
-}
-
 
 def _text(text: str) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
@@ -104,15 +93,8 @@ def _comparison(entry: Entry) -> str:
 def _figure(entry: Entry) -> str:
     if not entry.plot:
         return "none."
-    kind, *columns = entry.plot
-    code = [_code(c) for c in columns]
-    template = FIGURES.get(kind, "{all}")
-    try:
-        drawn = template.format(*code, all=", ".join(code), rest=", ".join(code[1:]))
-    except IndexError:
-        drawn = ", ".join(code)
     named = "; ".join(f"{_code(column)} as '{_text(words)}'" for column, words in entry.labels)
-    return f"{_code(kind)}: {drawn} (`atlas plot`)" + (f"; it names {named}." if named else ".")
+    return f"{_code(entry.plot[0])}: {entry.figure} (`atlas plot`)" + (f"; it names {named}." if named else ".")
 
 
 def _parameters(entry: Entry) -> list[str]:

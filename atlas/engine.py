@@ -18,7 +18,7 @@ import duckdb
 import polars as pl
 
 from atlas import checks
-from atlas.catalogue import RUN_PARAMS, Entry, run_entry
+from atlas.catalogue import Entry, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
 from atlas.errors import AtlasError, arg
 from atlas.prerequisites import check_with
@@ -151,12 +151,13 @@ def prepare(
     entry.bind(values | ({"run": run or ""} if takes_run else {}))  # refused before the engine reads the store
     if takes_run:
         values["run"] = run or latest_run(engine)
+    runs = entry.run_parameters  # the parameters holding a run id, as the header declares them
     for key, value in values.items():
-        if key in RUN_PARAMS and value:
-            check_run(engine, value, key, RUN_PARAMS[key], query=key != "run" or named)
+        if key in runs and value:
+            check_run(engine, value, key, runs[key], query=key != "run" or named)
     bound = entry.bind(values)
     notes = check_with(entry, bound, lambda need: (engine.first(need.sql, bound) or (None,))[0])
-    used = [f"{key} {run_line(engine, str(bound[key]))}" for key in RUN_PARAMS if bound.get(key)]
+    used = [f"{key} {run_line(engine, str(bound[key]))}" for key in runs if bound.get(key)]
     title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
     return Prepared(entry, bound, title, tuple(notes))
 

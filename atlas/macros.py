@@ -37,7 +37,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from atlas.catalogue import RUN_PARAMS, Entry, Parameter, entries
+from atlas.catalogue import Entry, Parameter, entries
 from atlas.compare import DIFF_DIGITS, aligns_heads, key_columns, shapes_differ
 from atlas.errors import AtlasError
 from atlas.run_sql import LATEST_RUN
@@ -151,14 +151,14 @@ def _checks(entry: Entry, macro: str, arguments: dict[str, str]) -> list[str]:
     if "run" in arguments:
         no_run = _quote(f"{macro}: run := NULL is the latest run, and the store has no run")
         pieces += [_quote("WHEN "), arguments["run"], _quote(f" IS NULL THEN error({no_run}) ")]
-    return pieces + _run_checks(macro, arguments) + _need_checks(entry, macro, arguments)
+    return pieces + _run_checks(entry, macro, arguments) + _need_checks(entry, macro, arguments)
 
 
-def _run_checks(macro: str, arguments: dict[str, str]) -> list[str]:
-    """The ``WHEN`` clauses refusing each argument naming an ingested run (``RUN_PARAMS``) that is not in the store
-    (but run, an empty one names none: select_run's default)."""
+def _run_checks(entry: Entry, macro: str, arguments: dict[str, str]) -> list[str]:
+    """The ``WHEN`` clauses refusing each argument naming an ingested run (a ``[run]`` parameter of the header) that
+    is not in the store (but run, an empty one names none: select_run's default)."""
     pieces: list[str] = []
-    for name in (name for name, kind in RUN_PARAMS.items() if kind == "runs" and name in arguments):
+    for name in (name for name, kind in entry.run_parameters.items() if kind == "runs" and name in arguments):
         value = arguments[name]
         given = [] if name == "run" else [_quote("coalesce("), value, _quote(", '') <> '' AND ")]
         pieces += [_quote("WHEN "), *given, _quote("NOT EXISTS (SELECT 1 FROM runs WHERE run_id = "), value]
@@ -238,7 +238,7 @@ def _compare_checks(entry: Entry, macro: str, keys: Sequence[str], arguments: di
         f"WHEN rb.run_id IS NULL THEN error(format({missing}, 'b', i.b)) "
         f"WHEN i.a = i.b THEN error({same}) {shapes}"
     )
-    clauses = _run_checks(macro, arguments)
+    clauses = _run_checks(entry, macro, arguments)
     for run in (RUN_A, RUN_B):
         clauses += _need_checks(entry, macro, {**arguments, "run": _argument_sql(macro, run)})
     rows = "ELSE true END AS ok FROM atlas_ids i LEFT JOIN runs ra ON ra.run_id = i.a LEFT JOIN runs rb "

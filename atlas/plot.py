@@ -348,10 +348,9 @@ def _comparison(entry: Entry, df: pl.DataFrame, heads: pl.DataFrame, runs: Seque
     if kind == "heatmap":
         return _compare_heatmaps(heads, columns, runs)
     if kind == "layers":
-        uniform = [c for c in df.columns if c.startswith("uniform") and c.endswith(f"@{runs[0]}")]
+        column = entry.baseline  # the header's reference line, each run's own
         baselines = {}
-        if uniform:
-            column = uniform[0].removesuffix(f"@{runs[0]}")
+        if column is not None and f"{column}@{runs[0]}" in df.columns:
             baselines = {run: float(df[f"{column}@{run}"][0]) for run in runs if df[f"{column}@{run}"][0] is not None}
         return _compare_layers(heads, columns, runs, baselines)
     if kind == "bars":
@@ -392,29 +391,37 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
-    if runs:
-        fig = _comparison(entry, df, heads, runs)
-    elif kind == "stacked":
-        fig = _stacked(df, entry.label, *columns)
-    elif kind == "hbars":
-        fig = _hbars(df, entry.label, *columns)
-    elif kind in ("mds", "bars", "curve"):
-        fig = {"mds": _mds, "bars": _bars, "curve": _curve}[kind](heads, entry.label, *columns)
-    else:
-        fig = _panels(kind, df, heads, columns, entry.label)
+    fig = _comparison(entry, df, heads, runs) if runs else DRAWN[kind](entry, df, heads, columns)
     _title(fig, source or (entry.name if runs else f"{entry.name} ({entry.paper})"))
     return fig
 
 
-def _panels(kind: str, df: pl.DataFrame, heads: pl.DataFrame, columns: Sequence[str], label: Label) -> Figure:
+# each kind of figure a header's 'plot:' names (atlas.catalogue.PLOT_KINDS) -> how it is drawn, of the entry, its
+# answer, the answer's rows of a head, and the columns the header names
+DRAWN: dict[str, Callable[[Entry, pl.DataFrame, pl.DataFrame, Sequence[str]], Figure]] = {
+    "heatmap": lambda e, df, heads, columns: _panels("heatmap", df, heads, columns, e.label, e.baseline),
+    "layers": lambda e, df, heads, columns: _panels("layers", df, heads, columns, e.label, e.baseline),
+    "mds": lambda e, df, heads, columns: _mds(heads, e.label, *columns),
+    "bars": lambda e, df, heads, columns: _bars(heads, e.label, *columns),
+    "curve": lambda e, df, heads, columns: _curve(heads, e.label, *columns),
+    "stacked": lambda e, df, heads, columns: _stacked(df, e.label, *columns),
+    "hbars": lambda e, df, heads, columns: _hbars(df, e.label, *columns),
+}
+
+
+def _panels(
+    kind: str, df: pl.DataFrame, heads: pl.DataFrame, columns: Sequence[str], label: Label, reference: str | None
+) -> Figure:
     """A heat map or a layers panel per column, in rows of at most PANELS_PER_ROW, so that a figure of many
-    columns stays readable."""
+    columns stays readable; ``reference``: the column a layers panel draws as a dashed line (the header's
+    ``baseline:``)."""
     n_cols = min(len(columns), PANELS_PER_ROW)
     n_rows = -(-len(columns) // n_cols)
     width, height = (5.0, 4.0) if kind == "heatmap" else (3.6, 3.2)
     fig = _new((width * n_cols, height * n_rows + 0.6))
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
-    baseline = next((float(df[c][0]) for c in df.columns if c.startswith("uniform") and df[c][0] is not None), None)
+    value = df[reference][0] if reference is not None and reference in df.columns else None
+    baseline = None if value is None else float(value)
     for ax, column in zip(axes.flat, columns, strict=False):
         grid, layers = _grid(heads, column)
         if kind == "heatmap":

@@ -23,11 +23,12 @@
 --   tokens.role existed answers as if ingested now: its first token was always [CLS], so the store derives
 --   both (to_first from to_cls, the roles from the [CLS]/[SEP] strings).
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 --   threshold: a head (an input's head) is a sink when its mean attention to the first token exceeds it (default: 0.3)
 -- needs: SELECT ($threshold BETWEEN 0 AND 1)::INTEGER
 --   else: $threshold: expected a share from 0 to 1
 -- plot: heatmap first sink_rate
+-- figure: a layer x head heat map of each of `first`, `sink_rate`
 -- labels:
 --   first: attention to the first token
 --   sink_rate: sink rate (share of inputs)

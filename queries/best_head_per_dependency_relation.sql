@@ -29,7 +29,7 @@
 --   attends to the last: their predictions are the tie rule's lowest other word at weight 0. The
 --   offset baselines are the same for every model.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 --   min_count: relations with fewer words are left out ('all' rows excepted) (default: 100)
 --   poss_rule: true: score nmod:poss with the released code's possessive rule; false: plainly (default: true)
 --   direction: where the best head is looked for: both, dependent -> head, or head -> dependent (default: both)
@@ -38,6 +38,8 @@
 --   else: $min_count: expected 0 or more
 -- keys: relation
 -- plot: hbars relation accuracy baseline_accuracy best_head baseline_offset
+-- figure: per `relation`, a bar of `accuracy` tagged with `best_head` above a bar of `baseline_accuracy` tagged with
+--   `baseline_offset`
 -- labels:
 --   accuracy: accuracy (%)
 --   best_head: best head (layer-head)

@@ -14,7 +14,7 @@
 --   cls is 1 and every other kind 0. A model whose inputs have no cls or bos token (GPT-2) has no [CLS]
 --   row: the answer is empty, with a note saying so.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: roles stored
 -- notes: cls or bos token
 --   else: there is no [CLS] row, the answer is empty
@@ -23,6 +23,8 @@
 -- notes: no bos row
 --   else: cls is 1 and every other kind 0
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
+-- figure: a layer x head heat map of each of `pronoun`, `noun`, `verb`, `object`, `subject`, `negation`, `cls`, `sep`,
+--   `punctuation`
 -- labels:
 --   cls: [CLS]
 --   sep: [SEP]

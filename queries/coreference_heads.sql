@@ -17,13 +17,14 @@
 --   pieces of its own (text as written; words.n_toks = 0) has no word-level row: every head counts its
 --   mention as not predicted.
 -- parameters:
---   run: run id (default: the latest run)
---   select_run: run whose accuracies select the head; empty for the run itself (default: )
+--   run [run]: run id (default: the latest run)
+--   select_run [run]: run whose accuracies select the head; empty for the run itself (default: )
 -- needs: SELECT count(*) FROM mentions WHERE run_id = $run
 --   else: run {run} has no coreference mentions: ingest a corpus with CorefUD 'Entity=' annotations
 --   (e.g. UD English GUM) with --pack window
 -- keys: predictor, layer, head
 -- plot: heatmap all_types pronoun proper nominal
+-- figure: a layer x head heat map of each of `all_types`, `pronoun`, `proper`, `nominal`
 -- labels:
 --   all_types: all mentions
 

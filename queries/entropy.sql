@@ -14,13 +14,15 @@
 --   0.001 nats); a model whose inputs have no cls or bos token (GPT-2) has no cls_entropy: empty, with a
 --   note saying so.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: roles stored
 -- notes: cls or bos token
 --   else: cls_entropy is empty
 -- notes: no bos row
 --   else: cls_entropy is the smoothing's alone (about 0.001 nats)
 -- plot: layers entropy cls_entropy
+-- figure: per column (`entropy`, `cls_entropy`), every head as a point over its layer and the layer mean as a line
+-- baseline: uniform_entropy
 -- labels:
 --   entropy: every token's attention
 --   cls_entropy: [CLS]'s attention

@@ -21,11 +21,12 @@
 --   after it (causal attention): its received attention sums over those rows alone, so early tokens, a
 --   BOS above all, are attended by more rows than late ones.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: roles stored
 -- notes: dependency relations
 --   else: noun, verb, pronoun, subject and object score 0
 -- plot: heatmap cls sep noun verb pronoun subject object negation
+-- figure: a layer x head heat map of each of `cls`, `sep`, `noun`, `verb`, `pronoun`, `subject`, `object`, `negation`
 -- labels:
 --   cls: [CLS]
 --   sep: [SEP]

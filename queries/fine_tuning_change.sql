@@ -10,13 +10,14 @@
 --   maps padded to 200 tokens, whose padding rows also enter the cosine. layer_mean is the mean over the
 --   layer's heads. Needs dense runs (--dense): a sparse run is refused (the cosine needs every weight).
 -- parameters:
---   base: run id of the reference model (required)
---   tuned: run id of the changed model (required)
+--   base [run]: run id of the reference model (required)
+--   tuned [run]: run id of the changed model (required)
 --   max_examples: inputs to average over (default: 1000)
 --   seed: seed of the sample of inputs (default: 0)
 -- needs: SELECT ($max_examples >= 1)::INTEGER
 --   else: $max_examples: expected 1 or more
 -- plot: heatmap cosine
+-- figure: a layer x head heat map of each of `cosine`
 -- labels:
 --   cosine: cosine similarity, base and tuned
 

@@ -12,11 +12,12 @@
 --   percentile of the scores over all heads and whether the head is above it. Reads single weights, so
 --   it needs a dense run (--dense): a sparse run, which can lack the target/element weights, is refused.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 --   pairs: all (the paper's text) or zip (the released code) (default: all)
 -- needs: SELECT count(*) FROM frames WHERE run_id = $run
 --   else: run {run} has no FrameNet frames: ingest FrameNet exemplars with --format framenet
 -- plot: heatmap score
+-- figure: a layer x head heat map of each of `score`
 -- labels:
 --   score: attention, target and core elements
 

@@ -9,10 +9,11 @@
 --   first.
 --   [SEP] is the tokenizer's sep token (by its id, not its string).
 -- parameters:
---   model_run: run id of the gradients, empty for the first one in the store (default: )
+--   model_run [any run]: run id of the gradients, empty for the first one in the store (default: )
 -- needs: SELECT count(*) FROM attention_gradients
 --   else: no attention gradients in the store: run 'atlas grads' first
 -- plot: curve layer mean_abs_grad target
+-- figure: `mean_abs_grad` over `layer`, one line per `target`
 -- labels:
 --   mean_abs_grad: mean |gradient of the loss|
 --   target: attention to

@@ -13,8 +13,9 @@
 --   1/n. Exact at any sparsity: a row's largest weight is always one of its kept edges (on a sparse run in
 --   steps of 1/256, error at most 1/512). score: the confidence; n_rows: the rows averaged over.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- plot: heatmap score
+-- figure: a layer x head heat map of each of `score`
 
 WITH real_rows AS (  -- rows of the corpus's pieces, not of the template's special tokens
     SELECT example_id, tok_idx AS src_tok FROM tokens WHERE run_id = $run AND special IS NULL

@@ -11,10 +11,11 @@
 --   released number (one constant for every pair: the MDS only scales, the clusters are the same).
 --   Run 'atlas distances --run RUN' first: it recomputes the run's dense maps and writes the tables.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: SELECT count(*) FROM head_pairs WHERE run_id = $run
 --   else: 'head distances' of run {run} are not computed yet: run 'atlas distances --run {run}' first
 -- plot: mds mds_x mds_y cluster
+-- figure: every head as a point at (`mds_x`, `mds_y`), coloured by `cluster`
 
 WITH scores AS (
     SELECT layer, head,

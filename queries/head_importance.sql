@@ -8,7 +8,7 @@
 --   by the l2 norm of its layer's scores (the normalisation used for pruning). Run 'atlas importance' first.
 -- parameters:
 --   task: GLUE task, empty for the task of the newest task model with importance scores (default: )
---   model_run: task model run id, empty for the newest one of the task with importance scores (default: )
+--   model_run [any run]: task model run id, empty for the newest one of the task with importance scores (default: )
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
 --   else: no head importance in the store: run 'atlas importance' first
 -- needs: SELECT count(*) FROM head_scores WHERE analysis = 'head importance'
@@ -22,6 +22,7 @@
 --     AND (nullif($model_run, '') IS NULL OR run_id = $model_run)
 --   else: model run '{model_run}' is not a model of task '{task}'
 -- plot: heatmap importance_normalised importance
+-- figure: a layer x head heat map of each of `importance_normalised`, `importance`
 -- labels:
 --   importance_normalised: importance (normalised per layer)
 

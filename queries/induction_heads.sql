@@ -18,11 +18,12 @@
 --   1/2). From the run's edges: exact on a dense run; on a sparse run only kept edges count, a lower bound
 --   of the dense score (up to the rounding of each kept weight, at most 1/512).
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- notes: SELECT count(*) FROM runs WHERE run_id = $run AND kept_mass IS NULL
 --   else: run {run} is sparse: the scores count its kept edges only, a lower bound of the dense scores
 --   (ingest with --dense for exact ones)
 -- plot: heatmap score
+-- figure: a layer x head heat map of each of `score`
 
 WITH toks AS (
     SELECT example_id, tok_idx, piece_id FROM tokens WHERE run_id = $run

@@ -10,7 +10,7 @@
 --   task: GLUE task, empty for the task of the newest task model with such ablations (default: )
 --   method: uniform or mask (default: uniform)
 --   metric: metric name, empty for the task's first; the task left out, of a task model with it (default: )
---   model_run: task model run id, empty for the newest one of the task with such ablations (default: )
+--   model_run [any run]: task model run id, empty for the newest one of the task with such ablations (default: )
 -- needs: SELECT count(*) FROM ablations
 --   else: no ablations in the store: run 'atlas ablate' first
 -- needs: SELECT count(*) FROM ablations WHERE method = $method AND kind = 'layer'
@@ -39,6 +39,7 @@
 --   else: these are the ablations by $method; the model run shown also has layer ablations by the other
 --     method (uniform or mask)
 -- plot: bars layer value baseline
+-- figure: one bar of `value` per `layer`, with `baseline` as a line
 -- labels:
 --   layer: layer disabled
 --   baseline: nothing disabled

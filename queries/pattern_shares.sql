@@ -13,6 +13,7 @@
 -- needs: SELECT count(*) FROM patterns
 --   else: no attention patterns in the store: run 'atlas patterns --run RUN' first
 -- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
+-- figure: one bar per `label`, stacked by `vertical`, `diagonal`, `vertical_diagonal`, `block`, `heterogeneous`
 -- labels:
 --   vertical_diagonal: vertical + diagonal
 

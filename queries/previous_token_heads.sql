@@ -15,8 +15,9 @@
 --   to the previous token is a row statistic computed from the dense row at ingest (attn_rows.to_prev, on a
 --   sparse run in steps of 1/2048). score: that share; n_inputs: the inputs averaged over.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- plot: heatmap score
+-- figure: a layer x head heat map of each of `score`
 
 WITH per_input AS (
     SELECT layer, head, example_id, sum(to_prev) / count(*) AS score

@@ -8,10 +8,11 @@
 --   the train run.
 --   [CLS] and [SEP] are by role (tokens.role): the cls or bos token, and the other special tokens.
 -- parameters:
---   run: the run the probe was trained on (default: the latest run)
+--   run [run]: the run the probe was trained on (default: the latest run)
 -- needs: SELECT count(*) FROM head_scores WHERE run_id = $run AND analysis = 'attention probe'
 --   else: no probe was trained on run {run}: run 'atlas probe --train {run} --eval RUN' first
 -- plot: heatmap dep_to_head head_to_dep
+-- figure: a layer x head heat map of each of `dep_to_head`, `head_to_dep`
 -- labels:
 --   dep_to_head: dependent → head
 --   head_to_dep: head → dependent

@@ -8,10 +8,11 @@
 --   of each task. Run 'atlas importance' first. With several models of one task in the store, name one
 --   with model_run (the figure draws one line per task).
 -- parameters:
---   model_run: task model run id, empty for every model (default: )
+--   model_run [any run]: task model run id, empty for every model (default: )
 -- needs: SELECT count(*) FROM ablations WHERE kind = 'pruned'
 --   else: no pruning results in the store: run 'atlas importance' first
 -- plot: curve pruned_share value task
+-- figure: `value` over `pruned_share`, one line per `task`
 -- labels:
 --   pruned_share: heads pruned (%)
 --   value: dev-set metric

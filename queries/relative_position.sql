@@ -11,11 +11,12 @@
 --   In a decoder no token attends to a later one (causal attention): next is 0 for every head, and the
 --   first row's self is 1.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)
 -- needs: SELECT ($threshold BETWEEN 0 AND 1)::INTEGER
 --   else: $threshold: expected a share from 0 to 1
 -- plot: heatmap prev next self
+-- figure: a layer x head heat map of each of `prev`, `next`, `self`
 -- labels:
 --   prev: previous token
 --   next: next token

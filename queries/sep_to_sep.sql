@@ -19,7 +19,7 @@
 --   mean over its three </s> rows. A model whose inputs hold none (a decoder: GPT-2, Llama) has no [SEP]
 --   row: sep_sep, to_itself and to_other_sep are empty (with a note saying so) and rest_sep is 0.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: roles stored
 -- notes: sep or eos token
 --   else: sep_sep, to_itself and to_other_sep are empty, rest_sep is 0
@@ -27,6 +27,7 @@
 --   else: run {run} has no two-segment inputs, so every input has one [SEP] (the paper's inputs are
 --   [CLS] a [SEP] b [SEP]: ingest with --pack pair)
 -- plot: layers sep_sep rest_sep
+-- figure: per column (`sep_sep`, `rest_sep`), every head as a point over its layer and the layer mean as a line
 -- labels:
 --   sep_sep: [SEP] → [SEP]
 --   rest_sep: other tokens → [SEP]

@@ -15,8 +15,9 @@
 --   cls and sep, a Llama-style decoder (a BOS, no separator) 0 in sep. In a decoder each row attends only to
 --   itself and earlier tokens (causal), so a BOS at position 0 is visible to every row.
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- plot: layers cls sep dot_comma
+-- figure: per column (`cls`, `sep`, `dot_comma`), every head as a point over its layer and the layer mean as a line
 -- labels:
 --   cls: [CLS]
 --   sep: [SEP]

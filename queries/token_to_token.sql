@@ -12,9 +12,10 @@
 --   pronoun (PRP PRP$) of the input. Reads single weights, so it needs a dense run (--dense): a sparse
 --   run is refused (the largest weight over pairs from different rows is not known from kept edges).
 -- parameters:
---   run: run id (default: the latest run)
+--   run [run]: run id (default: the latest run)
 -- needs: dependency relations
 -- plot: heatmap subject_to_verb verb_to_subject noun_to_pronoun pronoun_to_noun
+-- figure: a layer x head heat map of each of `subject_to_verb`, `verb_to_subject`, `noun_to_pronoun`, `pronoun_to_noun`
 -- labels:
 --   subject_to_verb: subject → verb
 --   verb_to_subject: verb → subject

@@ -109,7 +109,7 @@ def test_shared_needs_are_named_by_the_headers():
 
 HEADER = (
     "-- name: demo\n-- paper: Paper 2019\n-- description: a demo\n"
-    "-- parameters:\n--   run: run id (default: the latest run)\n"
+    "-- parameters:\n--   run [run]: run id (default: the latest run)\n"
 )
 MALFORMED = {
     "unknown shared need": ("-- needs: roles kept\n", 6, "unknown shared need 'roles kept' (shared needs: 'roles"),
@@ -161,7 +161,8 @@ def test_a_well_formed_header_reads_needs_notes_and_keys(tmp_path):
 
 def test_a_figure_names_its_columns_as_the_header_says(tmp_path):
     path = tmp_path / "demo.sql"
-    path.write_text(HEADER + "-- plot: layers dot_comma sep_sep\n-- labels:\n--   dot_comma: '.' or ','\nSELECT 1\n")
+    plot = "-- plot: layers dot_comma sep_sep\n-- figure: per column, every head as a point over its layer\n"
+    path.write_text(HEADER + plot + "-- labels:\n--   dot_comma: '.' or ','\nSELECT 1\n")
     entry = parse_entry(path)
     assert entry.labels == (("dot_comma", "'.' or ','"),)
     assert (entry.label("dot_comma"), entry.label("sep_sep"), entry.label("dot_comma@run")) == (

@@ -89,14 +89,16 @@ def write_report(
 
 
 def _section(st: Atlas, entry: Entry, run_id: str, compare_id: str | None) -> Section:
-    takes = {p.name for p in entry.parameters}
-    if "run" in takes:
+    """The entry's answer for the report's run (and its --compare run, beside it); an entry that takes no run but
+    compares two (two required run parameters, as its header declares them) gets the two, in the header's order."""
+    pair = [p.name for p in entry.parameters if p.run is not None and p.default is None]
+    if entry.takes_run(None):
         blocks = [_block(st, entry, {"run": r}) for r in (run_id, compare_id) if r]
-    elif {"base", "tuned"} <= takes:
+    elif len(pair) == 2:
         if compare_id is None:
             blocks = [Block(entry.name, "", "compares two runs: give --compare RUN")]
         else:
-            blocks = [_block(st, entry, {"base": run_id, "tuned": compare_id})]
+            blocks = [_block(st, entry, dict(zip(pair, (run_id, compare_id), strict=True)))]
     else:
         blocks = [_block(st, entry, {})]
     anchor = re.sub(r"[^a-z0-9]+", "-", entry.name.lower()).strip("-")
