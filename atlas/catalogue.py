@@ -41,6 +41,10 @@ field above it)::
 - ``figure:`` what the figure draws, in words (docs/catalogue.md says it); required with ``plot:``.
 - ``baseline:`` a column of the answer, the same in every row, that a layers figure draws as a dashed reference
   line (entropy's uniform attention).
+- ``axis:`` what the figure's values measure, in words: its value axis (a heat map's colour bars, an MDS map's
+  legend of colours); ``{column}`` in it stands for the column's value in the answer's first row (layer
+  ablation's ``{metric}``). Left out: the value column's label (none for a stacked figure).
+- ``percent:`` columns of the ``plot:`` line holding shares from 0 to 1, which the figure draws in percent.
 - ``labels:`` how the figure names its columns, one a line below it, ``column: words``; a column not listed is
   named by its name, '_' read as a space.
 
@@ -75,7 +79,7 @@ from atlas.needs import SHARED, Need
 QUERIES = resources.files("atlas.queries")  # the repository's queries/
 FIELDS = (
     "name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "figure", "baseline",
-    "labels",
+    "axis", "percent", "labels",
 )  # fmt: skip
 PLOT_KINDS = ("heatmap", "layers", "mds", "bars", "curve", "stacked", "hbars")  # the figures atlas.plot draws
 _FIELD = re.compile(r"-- (\w+):\s*(.*)")  # '-- name: value': a field
@@ -120,6 +124,8 @@ class Entry:
     labels: tuple[tuple[str, str], ...] = ()  # (column, words): how the figure names a column
     figure: str = ""  # what the figure draws, in words
     baseline: str | None = None  # the column a layers figure draws as a reference line
+    axis: str = ""  # what the figure's values measure ({column}: its value in the first row); empty: the column's label
+    percent: tuple[str, ...] = ()  # the figure's columns of shares from 0 to 1, drawn in percent
 
     @property
     def run_parameters(self) -> dict[str, str]:
@@ -265,9 +271,7 @@ class _Header:
                 raise AtlasError(f"{self.path}: the header has no '{required}:' line")
         known = {p.name for p in self.parameters}
         needs = tuple(self._need(written, known) for written in self.needs)
-        keys = tuple(k for k in re.split(r"[,\s]+", self.values.get("keys", "")) if k)
-        if "keys" in self.values and not keys:
-            self.fail(self.lines["keys"], "'keys:' names no column")
+        keys, percent = self._columns("keys"), self._columns("percent")
         v = self.values
         aliases = tuple(a.strip() for a in v.get("aliases", "").split(",") if a.strip())
         plot = tuple(v.get("plot", "").split())
@@ -278,15 +282,38 @@ class _Header:
             self.fail(self.lines["plot"], f"unknown figure kind '{plot[0]}' (kinds: {', '.join(PLOT_KINDS)})")
         if plot and not v.get("figure"):
             self.fail(self.lines["plot"], "a 'plot:' line takes a 'figure:' line saying what the figure draws")
-        for name in ("figure", "baseline"):
+        for name in ("figure", "baseline", "axis", "percent"):
             if name in v and not plot:
                 self.fail(self.lines[name], f"'{name}:' without a 'plot:' line: there is no figure")
+        for column in percent:
+            if column not in plot[1:]:
+                self.fail(self.lines["percent"], f"'{column}' is drawn in percent but not a column of the 'plot:' line")
+        self._check_axis()
         parameters = tuple(self.parameters)
         labels = tuple((column, words) for column, (words, _) in self.labels.items())
         return Entry(
             v["name"], aliases, v["paper"], v["description"], parameters, plot, sql, self.path, needs, keys, labels,
-            v.get("figure", ""), v.get("baseline") or None,
+            v.get("figure", ""), v.get("baseline") or None, v.get("axis", ""), percent,
         )  # fmt: skip
+
+    def _columns(self, name: str) -> tuple[str, ...]:
+        """The columns a field lists, split at commas and spaces; a field that names none is refused."""
+        columns = tuple(c for c in re.split(r"[,\s]+", self.values.get(name, "")) if c)
+        if name in self.values and not columns:
+            self.fail(self.lines[name], f"'{name}:' names no column")
+        return columns
+
+    def _check_axis(self) -> None:
+        """An ``axis:`` line's ``{column}`` fields each name a column, and nothing else."""
+        if "axis" not in self.values:
+            return
+        try:
+            names = [name for _, name, _, _ in string.Formatter().parse(self.values["axis"]) if name is not None]
+        except ValueError as exc:
+            self.fail(self.lines["axis"], f"the axis: {exc}")
+        for name in names:
+            if not name.isidentifier():
+                self.fail(self.lines["axis"], f"the axis: '{{{name}}}' is not a column's name (write '{{column}}')")
 
     def _need(self, written: _WrittenNeed, known: set[str]) -> Need:
         """The need a header's lines write: SQL with its message, or a shared need (and its added text)."""

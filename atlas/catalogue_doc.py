@@ -76,7 +76,7 @@ def _columns(entry: Entry) -> list[str] | None:
 
 def _comparison(entry: Entry) -> str:
     """How runs are compared: the key columns and the comparison macro, or why they are not."""
-    if "run" not in {p.name for p in entry.parameters}:
+    if not entry.takes_run(None):
         return "none: the entry takes no run."
     columns = _columns(entry)
     if columns is None:

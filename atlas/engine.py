@@ -197,7 +197,7 @@ def _compare(
     """``entry`` answered for each of the runs ``given`` and the answers aligned (see ``atlas.compare``)."""
     if run is not None:
         raise AtlasError(f"{arg('run')}: name the runs to compare in {arg('runs', '[...]')} only")
-    if "run" not in {p.name for p in entry.parameters}:
+    if not entry.takes_run(None):
         raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
     runs = [latest_run(engine) if r is None else r for r in given]
     if given and given[0] is None:  # the latest run, left out, named again among the others: it is the first

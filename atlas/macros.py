@@ -292,7 +292,7 @@ def write_macros(con: duckdb.DuckDBPyConnection) -> None:
     for entry in entries():
         con.execute(macro_sql(entry))
         names.append(macro_name(entry))
-        if "run" not in {p.name for p in entry.parameters}:
+        if not entry.takes_run(None):
             continue
         try:
             con.execute(compare_macro_sql(entry, answer_columns(con, entry)))

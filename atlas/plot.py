@@ -14,7 +14,8 @@
   layer-head, beside the best fixed offset's).
 
 A figure names its columns as the entry's ``labels:`` header says (else by the column's name, '_' read as a
-space), and its title (the entry and the runs that answered) is wrapped to the figure's width.
+space), what its values measure as its ``axis:`` says (else by the value column's label), draws the columns of
+its ``percent:`` in percent, and its title (the entry and the runs that answered) is wrapped to the figure's width.
 
 Two or more runs compared (the answer of ``Atlas.answer(NAME, runs=[A, B, ...])``: ``col@run`` and
 ``col_diff@run`` columns): a heat map per run side by side, the runs sharing one colour scale and one colour
@@ -25,6 +26,7 @@ run's map beside the other (two runs' MDS coordinates are not comparable: no dif
 
 from __future__ import annotations
 
+import string
 import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +48,7 @@ VALUES_MAP = "viridis"
 DIFFERENCE_MAP = "RdBu_r"  # B - A: red where B is higher, blue where lower, white at 0
 TITLE_SIZE = 9
 
-Label = Callable[[str], str]  # how a figure names a column (Entry.label)
+Label = Callable[[str], str]  # words of a column: how a figure names it (Entry.label), or what its values measure
 
 
 def _grid(heads: pl.DataFrame, column: str) -> tuple[np.ndarray, list[int]]:
@@ -106,21 +108,21 @@ def _layer_points(
 
 
 def _layers(
-    ax: Axes, grid: np.ndarray, layers: list[int], title: str, baseline: float | None = None, column: str = ""
+    ax: Axes, grid: np.ndarray, layers: list[int], title: str, axis: str, baseline: float | None = None
 ) -> None:
     """Every head as a point over its layer, the layer mean as a line; ``baseline`` (e.g. the entropy of
-    uniform attention, Clark et al.'s Figure 4) as a dashed line; ``column``: the values' (default: the title)."""
+    uniform attention, Clark et al.'s Figure 4) as a dashed line; ``axis``: what the values measure."""
     _layer_points(ax, grid, layers, "tab:blue", "tab:red", "layer mean")
     if baseline is not None:
         ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label="uniform attention")
-    _layer_axes(ax, layers, title, column)
+    _layer_axes(ax, layers, title, axis)
     ax.legend(loc="best", fontsize=7)
 
 
-def _layer_axes(ax: Axes, layers: list[int], title: str, column: str = "") -> None:
+def _layer_axes(ax: Axes, layers: list[int], title: str, axis: str) -> None:
     ax.set_xticks(layers)
     ax.set_xlabel("layer")
-    ax.set_ylabel("entropy (nats)" if "entropy" in (column or title) else "avg. attention")
+    ax.set_ylabel(axis)
     ax.set_title(title)
 
 
@@ -152,14 +154,16 @@ def _mds_panel(ax: Axes, heads: pl.DataFrame, x: str, y: str, cluster: str, titl
     ax.set_title(title, fontsize=TITLE_SIZE)
 
 
-def _mds(heads: pl.DataFrame, label: Label, x: str, y: str, cluster: str) -> Figure:
+def _mds(heads: pl.DataFrame, axis: str, x: str, y: str, cluster: str) -> Figure:
+    """Every head as a point at (x, y), coloured by ``cluster``; ``axis``: what the colours tell."""
     fig, ax = _axes((7, 6))
-    _mds_panel(ax, heads, x, y, cluster, "", label(cluster))
+    _mds_panel(ax, heads, x, y, cluster, "", axis)
     return fig
 
 
-def _bars(df: pl.DataFrame, label: Label, x: str, y: str, baseline: str) -> Figure:
-    """One bar per ``x`` (e.g. a disabled layer) with the baseline as a line (Kovaleva et al. Figure 9)."""
+def _bars(df: pl.DataFrame, label: Label, axis: str, x: str, y: str, baseline: str) -> Figure:
+    """One bar per ``x`` (e.g. a disabled layer) with the baseline as a line (Kovaleva et al. Figure 9);
+    ``axis``: what ``y`` measures."""
     fig, ax = _axes((6, 4))
     ax.bar(df[x].cast(pl.Utf8), df[y], color="tab:blue")
     ax.axhline(df[baseline][0], color="tab:orange", label=label(baseline))
@@ -167,26 +171,27 @@ def _bars(df: pl.DataFrame, label: Label, x: str, y: str, baseline: str) -> Figu
     high = max(df[y].max(), df[baseline][0])
     ax.set_ylim(low - 0.1 * (high - low + 1), high + 0.1 * (high - low + 1))
     ax.set_xlabel(label(x))
-    ax.set_ylabel(df["metric"][0] if "metric" in df.columns else label(y))
+    ax.set_ylabel(axis)
     ax.legend(fontsize=7)
     return fig
 
 
-def _curve(df: pl.DataFrame, label: Label, x: str, y: str, group: str) -> Figure:
-    """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task); a share (a
-    column named ...share) in percent."""
+def _curve(df: pl.DataFrame, label: Label, axis: str, x: str, y: str, group: str) -> Figure:
+    """``y`` over ``x``, one line per ``group`` (e.g. Michel et al.'s pruning curves per task); ``axis``: what
+    ``y`` measures."""
     fig, ax = _axes((6, 4))
     points = df.filter(pl.col(x).is_not_null()).sort(x)
     for (name,), part in points.group_by(group, maintain_order=True):
-        ax.plot(part[x] * 100 if x.endswith("share") else part[x], part[y], marker="o", markersize=3, label=name)
+        ax.plot(part[x], part[y], marker="o", markersize=3, label=name)
     ax.set_xlabel(label(x))
-    ax.set_ylabel(label(y))
+    ax.set_ylabel(axis)
     ax.legend(fontsize=7, title=label(group), title_fontsize=7)
     return fig
 
 
-def _stacked(df: pl.DataFrame, label: Label, x: str, *columns: str) -> Figure:
-    """One bar per ``x`` value, stacked by ``columns`` (rows with a layer are left out; Kovaleva Figure 2)."""
+def _stacked(df: pl.DataFrame, label: Label, axis: str, x: str, *columns: str) -> Figure:
+    """One bar per ``x`` value, stacked by ``columns`` (rows with a layer are left out; Kovaleva Figure 2);
+    ``axis``: what the stacks measure."""
     rows = df.filter(pl.col("layer").is_null()) if "layer" in df.columns else df
     fig, ax = _axes((max(6.0, 1.2 * len(rows) + 2.5), 4.5))
     bottom = np.zeros(len(rows))
@@ -195,16 +200,17 @@ def _stacked(df: pl.DataFrame, label: Label, x: str, *columns: str) -> Figure:
         values = rows[column].fill_null(0).to_numpy()
         ax.bar(names, values, bottom=bottom, label=label(column))
         bottom += values
-    ax.set_ylabel("share of maps (%)")
+    ax.set_ylabel(axis)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
     return fig
 
 
-def _hbars(df: pl.DataFrame, label: Label, y: str, value: str, baseline: str, *tags: str) -> Figure:
+def _hbars(df: pl.DataFrame, label: Label, axis: str, y: str, value: str, baseline: str, *tags: str) -> Figure:
     """Per ``y`` (e.g. a dependency relation), top to bottom in the answer's order, a bar of ``value`` (the best
     head's accuracy) above one of ``baseline`` (the best fixed offset's), each tagged with its row's text in
-    ``tags`` (the head as layer-head, the offset); the legend names the bars by their tags' labels."""
+    ``tags`` (the head as layer-head, the offset); the legend names the bars by their tags' labels; ``axis``:
+    what the bars measure."""
     fig, ax = _axes((7.0, 0.42 * len(df) + 1.4))
     positions = np.arange(len(df))
     height = 0.4
@@ -219,7 +225,7 @@ def _hbars(df: pl.DataFrame, label: Label, y: str, value: str, baseline: str, *t
     ax.margins(y=0.01)
     ax.invert_yaxis()  # the answer's first row on top
     ax.set_xlim(0, 1.15 * high or 1.0)  # room for the tags
-    ax.set_xlabel(label(value))
+    ax.set_xlabel(axis)
     ax.legend(fontsize=7, loc="lower left", bbox_to_anchor=(0, 1), ncols=2, frameon=False)
     return fig
 
@@ -265,11 +271,12 @@ def _compare_heatmaps(heads: pl.DataFrame, columns: Sequence[str], runs: Sequenc
 
 
 def _compare_layers(
-    heads: pl.DataFrame, columns: Sequence[str], runs: Sequence[str], baselines: dict[str, float]
+    heads: pl.DataFrame, columns: Sequence[str], runs: Sequence[str], baselines: dict[str, float], axis: Label
 ) -> Figure:
     """Per column, the runs overlaid in one panel (each run's heads as points in its colour, its layer mean as a
     line; ``baselines``: each run's uniform-attention line, one when they are the same) and below it each other
-    run's difference to the first, per head and as the layer mean, around 0."""
+    run's difference to the first, per head and as the layer mean, around 0; ``axis``: what a column's values
+    measure."""
     fig = Figure(figsize=(4.2 * len(columns), 7.6), layout="constrained")
     axes = fig.subplots(2, len(columns), squeeze=False)
     for (top, bottom), column in zip(axes.T, columns, strict=True):
@@ -282,14 +289,14 @@ def _compare_layers(
             for run, baseline in baselines.items():
                 i = runs.index(run)
                 top.axhline(baseline, color=f"C{i}", linestyle="--", linewidth=1, label=f"{letter(i)}: uniform")
-        _layer_axes(top, layers, column)
+        _layer_axes(top, layers, column, axis(column))
         top.legend(loc="best", fontsize=7)
         for i, run in enumerate(runs[1:], 1):
             grid, layers = _grid(heads, f"{column}_diff@{run}")
             _layer_points(bottom, grid, layers, f"C{i}", f"C{i}", f"{letter(i)} - A: layer mean", spread=0.25)
         bottom.axhline(0, color="black", linewidth=0.8)
-        _layer_axes(bottom, layers, f"{column}: " + ", ".join(f"{letter(i)} - A" for i in range(1, len(runs))))
-        bottom.set_ylabel(f"difference in {top.get_ylabel()}")
+        title = f"{column}: " + ", ".join(f"{letter(i)} - A" for i in range(1, len(runs)))
+        _layer_axes(bottom, layers, title, f"difference in {axis(column)}")
         bottom.legend(loc="best", fontsize=7)
     _name_runs(fig, runs)
     return fig
@@ -352,7 +359,7 @@ def _comparison(entry: Entry, df: pl.DataFrame, heads: pl.DataFrame, runs: Seque
         baselines = {}
         if column is not None and f"{column}@{runs[0]}" in df.columns:
             baselines = {run: float(df[f"{column}@{run}"][0]) for run in runs if df[f"{column}@{run}"][0] is not None}
-        return _compare_layers(heads, columns, runs, baselines)
+        return _compare_layers(heads, columns, runs, baselines, lambda column: _axis(entry, df, column, runs))
     if kind == "bars":
         return _compare_bars(heads, *columns, runs=runs)
     if kind == "mds":
@@ -388,6 +395,7 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
     kind, *columns = entry.plot
+    df = _in_percent(entry, df, runs)
     heads = df.filter(pl.col("head").is_not_null()) if "head" in df.columns else df
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
@@ -399,35 +407,55 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
 # each kind of figure a header's 'plot:' names (atlas.catalogue.PLOT_KINDS) -> how it is drawn, of the entry, its
 # answer, the answer's rows of a head, and the columns the header names
 DRAWN: dict[str, Callable[[Entry, pl.DataFrame, pl.DataFrame, Sequence[str]], Figure]] = {
-    "heatmap": lambda e, df, heads, columns: _panels("heatmap", df, heads, columns, e.label, e.baseline),
-    "layers": lambda e, df, heads, columns: _panels("layers", df, heads, columns, e.label, e.baseline),
-    "mds": lambda e, df, heads, columns: _mds(heads, e.label, *columns),
-    "bars": lambda e, df, heads, columns: _bars(heads, e.label, *columns),
-    "curve": lambda e, df, heads, columns: _curve(heads, e.label, *columns),
-    "stacked": lambda e, df, heads, columns: _stacked(df, e.label, *columns),
-    "hbars": lambda e, df, heads, columns: _hbars(df, e.label, *columns),
+    "heatmap": lambda e, df, heads, columns: _panels("heatmap", e, df, heads, columns),
+    "layers": lambda e, df, heads, columns: _panels("layers", e, df, heads, columns),
+    "mds": lambda e, df, heads, columns: _mds(heads, _axis(e, heads, columns[2]), *columns),
+    "bars": lambda e, df, heads, columns: _bars(heads, e.label, _axis(e, heads, columns[1]), *columns),
+    "curve": lambda e, df, heads, columns: _curve(heads, e.label, _axis(e, heads, columns[1]), *columns),
+    "stacked": lambda e, df, heads, columns: _stacked(df, e.label, _axis(e, df, None), *columns),
+    "hbars": lambda e, df, heads, columns: _hbars(df, e.label, _axis(e, df, columns[1]), *columns),
 }
 
 
-def _panels(
-    kind: str, df: pl.DataFrame, heads: pl.DataFrame, columns: Sequence[str], label: Label, reference: str | None
-) -> Figure:
+def _axis(entry: Entry, df: pl.DataFrame, column: str | None, runs: Sequence[str] = ()) -> str:
+    """What ``column``'s values measure, as the header's ``axis:`` says, each ``{name}`` in it the value of the
+    column ``name`` (of the first run's, where ``df`` compares ``runs``) in ``df``'s first row; without an
+    ``axis:``, the column's label (none where no one column holds the values)."""
+    if not entry.axis:
+        return "" if column is None else entry.label(column)
+    values: dict[str, object] = {}
+    for name in (name for _, name, _, _ in string.Formatter().parse(entry.axis) if name is not None):
+        found = [c for c in (name, *(f"{name}@{run}" for run in runs[:1])) if c in df.columns]
+        if not found:
+            raise AtlasError(f"'{entry.name}': its axis names {{{name}}}, not a column of the answer")
+        values[name] = df[found[0]][0]
+    return entry.axis.format(**values)
+
+
+def _in_percent(entry: Entry, df: pl.DataFrame, runs: Sequence[str]) -> pl.DataFrame:
+    """``df`` with the header's ``percent:`` columns (where runs are compared, each run's and each difference)
+    times 100."""
+    named = [f"{c}@{run}" for c in entry.percent for run in runs]
+    named += [f"{c}_diff@{run}" for c in entry.percent for run in runs[1:]]
+    return df.with_columns(pl.col(c) * 100 for c in (*entry.percent, *named) if c in df.columns)
+
+
+def _panels(kind: str, entry: Entry, df: pl.DataFrame, heads: pl.DataFrame, columns: Sequence[str]) -> Figure:
     """A heat map or a layers panel per column, in rows of at most PANELS_PER_ROW, so that a figure of many
-    columns stays readable; ``reference``: the column a layers panel draws as a dashed line (the header's
-    ``baseline:``)."""
+    columns stays readable; a layers panel draws the header's ``baseline:`` column as a dashed line."""
     n_cols = min(len(columns), PANELS_PER_ROW)
     n_rows = -(-len(columns) // n_cols)
     width, height = (5.0, 4.0) if kind == "heatmap" else (3.6, 3.2)
     fig = _new((width * n_cols, height * n_rows + 0.6))
     axes = fig.subplots(n_rows, n_cols, squeeze=False)
-    value = df[reference][0] if reference is not None and reference in df.columns else None
+    value = df[entry.baseline][0] if entry.baseline in df.columns else None
     baseline = None if value is None else float(value)
     for ax, column in zip(axes.flat, columns, strict=False):
         grid, layers = _grid(heads, column)
         if kind == "heatmap":
-            _colour_bar(_heatmap(ax, grid, layers, label(column)), ax, label(column))
+            _colour_bar(_heatmap(ax, grid, layers, entry.label(column)), ax, _axis(entry, df, column))
         else:
-            _layers(ax, grid, layers, label(column), baseline, column)
+            _layers(ax, grid, layers, entry.label(column), _axis(entry, df, column), baseline)
     for ax in list(axes.flat)[len(columns) :]:
         ax.set_visible(False)
     return fig

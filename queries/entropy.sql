@@ -23,6 +23,7 @@
 -- plot: layers entropy cls_entropy
 -- figure: per column (`entropy`, `cls_entropy`), every head as a point over its layer and the layer mean as a line
 -- baseline: uniform_entropy
+-- axis: entropy (nats)
 -- labels:
 --   entropy: every token's attention
 --   cls_entropy: [CLS]'s attention

@@ -40,6 +40,7 @@
 --     method (uniform or mask)
 -- plot: bars layer value baseline
 -- figure: one bar of `value` per `layer`, with `baseline` as a line
+-- axis: {metric}
 -- labels:
 --   layer: layer disabled
 --   baseline: nothing disabled

@@ -14,6 +14,7 @@
 --   else: no attention patterns in the store: run 'atlas patterns --run RUN' first
 -- plot: stacked label vertical diagonal vertical_diagonal block heterogeneous
 -- figure: one bar per `label`, stacked by `vertical`, `diagonal`, `vertical_diagonal`, `block`, `heterogeneous`
+-- axis: share of maps (%)
 -- labels:
 --   vertical_diagonal: vertical + diagonal
 

@@ -13,6 +13,7 @@
 --   else: no pruning results in the store: run 'atlas importance' first
 -- plot: curve pruned_share value task
 -- figure: `value` over `pruned_share`, one line per `task`
+-- percent: pruned_share
 -- labels:
 --   pruned_share: heads pruned (%)
 --   value: dev-set metric

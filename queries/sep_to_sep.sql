@@ -28,6 +28,7 @@
 --   [CLS] a [SEP] b [SEP]: ingest with --pack pair)
 -- plot: layers sep_sep rest_sep
 -- figure: per column (`sep_sep`, `rest_sep`), every head as a point over its layer and the layer mean as a line
+-- axis: avg. attention
 -- labels:
 --   sep_sep: [SEP] → [SEP]
 --   rest_sep: other tokens → [SEP]

@@ -18,6 +18,7 @@
 --   run [run]: run id (default: the latest run)
 -- plot: layers cls sep dot_comma
 -- figure: per column (`cls`, `sep`, `dot_comma`), every head as a point over its layer and the layer mean as a line
+-- axis: avg. attention
 -- labels:
 --   cls: [CLS]
 --   sep: [SEP]

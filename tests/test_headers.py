@@ -1,21 +1,23 @@
 """An entry's header says everything the atlas does with it: which parameters hold run ids, what its figure is and
-draws, its reference line; nothing is decided by a parameter's or a column's name. A header that says something
-the atlas cannot do is refused in one line naming the file and the line."""
+draws, its reference line, what its values measure, which columns it draws in percent; nothing is decided by a
+parameter's or a column's name. A header that says something the atlas cannot do is refused in one line naming the
+file and the line."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import polars as pl
 import pytest
 
-from atlas.catalogue import PLOT_KINDS, parse_entry, resolve
+from atlas.catalogue import PLOT_KINDS, Entry, parse_entry, resolve
 from atlas.errors import AtlasError
-from atlas.plot import DRAWN
+from atlas.plot import DRAWN, figure
 
 HEAD = "-- name: tiny\n-- paper: none\n-- description: a test entry\n"
 
 
-def _entry(tmp_path: Path, header: str) -> object:
+def _entry(tmp_path: Path, header: str) -> Entry:
     path = tmp_path / "tiny.sql"
     path.write_text(HEAD + header + "SELECT 1 AS layer, 1 AS head, 0.5 AS value\n")
     return parse_entry(path)
@@ -51,3 +53,36 @@ def test_run_parameters_are_declared_not_named(tmp_path: Path) -> None:
     assert _entry(tmp_path, "-- parameters:\n--   tuned: a name (default: x)\n").run_parameters == {}
     with pytest.raises(AtlasError, match=r"tiny\.sql:5: 'run' is the run the entry answers for"):
         _entry(tmp_path, "-- parameters:\n--   run: run id (default: the latest run)\n")
+
+
+def test_what_a_figure_measures_and_draws_in_percent_is_said_in_its_header(tmp_path: Path) -> None:
+    for header, line, why in (
+        ("-- axis: value\n", 4, "'axis:' without a 'plot:' line"),
+        ("-- percent: value\n", 4, "'percent:' without a 'plot:' line"),
+        ("-- plot: curve x value g\n-- figure: f\n-- percent: share\n", 6, "'share' is drawn in percent but not a"),
+        ("-- plot: curve x value g\n-- figure: f\n-- percent: ,\n", 6, "'percent:' names no column"),
+        ("-- plot: bars x value b\n-- figure: f\n-- axis: {metric\n", 6, "the axis: .*'}'"),
+        ("-- plot: bars x value b\n-- figure: f\n-- axis: {}\n", 6, "the axis: '{}' is not a column's name"),
+    ):
+        with pytest.raises(AtlasError, match=rf"tiny\.sql:{line}: {why}"):
+            _entry(tmp_path, header)
+    declared = _entry(tmp_path, "-- plot: curve x value g\n-- figure: f\n-- axis: {metric} (%)\n-- percent: x\n")
+    assert (declared.axis, declared.percent) == ("{metric} (%)", ("x",))
+    assert resolve("layer ablation").axis == "{metric}" and resolve("pruning curve").percent == ("pruned_share",)
+
+
+def test_no_column_name_decides_what_a_figure_says(tmp_path: Path) -> None:
+    """Columns named as entropy's, layer ablation's and the pruning curve's are drawn as any others, unless the
+    header says otherwise."""
+    layers = _entry(tmp_path, "-- plot: layers entropy\n-- figure: f\n")
+    heads = pl.DataFrame({"layer": [1, 1, 2, 2], "head": [1, 2, 1, 2], "entropy": [0.1, 0.2, 0.3, 0.4]})
+    assert [ax.get_ylabel() for ax in figure(layers, heads).axes] == ["entropy"]  # no 'entropy (nats)' by name
+    bars = _entry(tmp_path, "-- plot: bars layer value baseline\n-- figure: f\n")
+    rows = pl.DataFrame({"layer": [1, 2], "value": [0.5, 0.6], "baseline": [0.7] * 2, "metric": ["accuracy"] * 2})
+    assert [ax.get_ylabel() for ax in figure(bars, rows).axes] == ["value"]  # no metric by the column's name
+    curve = _entry(tmp_path, "-- plot: curve pruned_share value task\n-- figure: f\n")
+    points = pl.DataFrame({"pruned_share": [0.1, 0.2], "value": [0.5, 0.4], "task": ["SST-2"] * 2})
+    (ax,) = figure(curve, points).axes
+    assert ax.get_lines()[0].get_xdata().tolist() == [0.1, 0.2]  # a share in percent only where the header says
+    with pytest.raises(AtlasError, match=r"^'tiny': its axis names \{task\}, not a column of the answer$"):
+        figure(_entry(tmp_path, "-- plot: bars layer value baseline\n-- figure: f\n-- axis: {task}\n"), rows)

@@ -53,7 +53,7 @@ def test_colour_bars_are_labelled_and_entropy_has_the_uniform_baseline():
     assert [ax.get_ylabel() for ax in fig.axes if ax.get_label() == "<colorbar>"] == ["prev"]
     fig, b = plt.subplots()
     grid, layers = _grid(_heads(3, 4, ["prev"]), "prev")
-    _layers(b, grid, layers, "entropy", baseline=1.25)
+    _layers(b, grid, layers, "entropy", "entropy (nats)", baseline=1.25)
     baseline = [line for line in b.get_lines() if line.get_label() == "uniform attention"]
     assert len(baseline) == 1 and baseline[0].get_ydata()[0] == 1.25
     plt.close(fig)
@@ -127,7 +127,7 @@ def _answer(entry: Entry) -> pl.DataFrame:
         return pl.DataFrame({x: range(1, 13), y: rng.random(12), baseline: [0.8] * 12, "metric": ["accuracy"] * 12})
     if kind == "curve":
         x, y, group = columns
-        xs = [5 * i / 100 if x.endswith("share") else i for i in range(1, 21)]
+        xs = [5 * i / 100 if x in entry.percent else i for i in range(1, 21)]
         return pl.DataFrame({x: xs * 2, y: rng.random(40), group: ["SST-2"] * 20 + ["MRPC"] * 20})
     if kind == "stacked":
         label, *shares = columns
@@ -212,3 +212,21 @@ def test_the_headline_entry_draws_each_relation_beside_its_baseline(tmp_path):
     assert "accuracy" in ax.get_xlabel() and _drawn_outside(fig) == []
     plot(entry, df, tmp_path / "best.png")
     assert Image.open(tmp_path / "best.png").size[1] > Image.open(tmp_path / "best.png").size[0] / 2
+
+
+def test_each_figure_says_what_its_values_measure_as_its_header_does():
+    def ylabels(name: str, runs: tuple[str, ...] = ()) -> list[str]:
+        entry = resolve(name)
+        if runs:
+            df = compare(entry, {run: _answer(entry) for run in runs})
+            return [ax.get_ylabel() for ax in figure(entry, df, "t", runs=runs).axes]
+        return [ax.get_ylabel() for ax in figure(entry, _answer(entry), "t").axes if ax.get_visible()]
+
+    assert ylabels("entropy") == ["entropy (nats)"] * 2
+    assert ylabels("entropy", ("a", "b")) == ["entropy (nats)"] * 2 + ["difference in entropy (nats)"] * 2
+    assert ylabels("special tokens") == ["avg. attention"] * 3
+    assert ylabels("layer ablation") == ["accuracy"]  # axis: {metric}, the answer's metric
+    assert ylabels("pattern shares") == ["share of maps (%)"]
+    entry = resolve("pruning curve")
+    (ax,) = figure(entry, _answer(entry), "t").axes
+    assert ax.get_lines()[0].get_xdata().tolist() == pytest.approx([5.0 * i for i in range(1, 21)])  # percent
