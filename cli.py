@@ -404,8 +404,7 @@ def query(
     """
     if describe:
         given = {"out": out, "format": fmt, "param": params, "run": run_id, "compare": compare_ids, "limit": limit}
-        source = click.get_current_context().get_parameter_source("engine")
-        given["engine"] = source != click.core.ParameterSource.DEFAULT
+        given["engine"] = engine != api.ENGINES[0]  # the default engine, named or not, runs nothing either
         if unused := [arg(name) for name, value in given.items() if value]:
             said = ", ".join(unused)
             raise AtlasError(f"{arg('describe')}: prints the entry's text, running nothing; leave out {said}")

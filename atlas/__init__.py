@@ -7,10 +7,16 @@ adds a run to one; ``atlas.finetune``, ``ablate``, ``importance`` and ``grads`` 
 scores. Every ``atlas`` command is one of these calls; see ``atlas.api`` and ``atlas.api_tasks``.
 """
 
-from atlas.api import Answer, Atlas, AtlasNote, AttentionMap, Classed, Ingested, describe, ingest, open, queries
-from atlas.api_tasks import FineTuned, Gradients, Importance, ablate, finetune, grads, importance
-from atlas.errors import AtlasError
-from atlas.version import __version__
+from pathlib import Path
+
+from atlas.checkout import map_top_level
+
+map_top_level(Path(__file__).resolve().parent)  # in a checkout: ingest/, queries/, cli.py as packaging maps them
+
+from atlas.api import Answer, Atlas, AtlasNote, AttentionMap, Classed, Ingested, describe, ingest, open, queries  # noqa: E402
+from atlas.api_tasks import FineTuned, Gradients, Importance, ablate, finetune, grads, importance  # noqa: E402
+from atlas.errors import AtlasError  # noqa: E402
+from atlas.version import __version__  # noqa: E402
 
 __all__ = [
     "__version__",

@@ -520,6 +520,14 @@ def answer(
         return _answered(opened, name, run, runs, figure, dict(params or {}))
 
 
+def answer_on_spark(
+    name: str, /, store: str | os.PathLike[str] | None = None, run: str | None = None, *, master: str = "local[2]",
+    **params: object,
+) -> Answer:
+    """``answer(name, store, run, engine='spark', master=master, params=params)``, the call of earlier versions."""
+    return answer(name, store, run, engine="spark", master=master, params=params)
+
+
 def _answered(
     engine: Callable[[], Engine],
     name: str,
@@ -649,7 +657,7 @@ def ingest(
     target = store_at(store)
     target.check_database()  # another program's database, before the model loads and anything is written
     known = ingested_run(
-        target.data, asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed or 0, model,
+        target.data, asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed, model,
         random_init, seed or 0, settings, overrides,
     )  # fmt: skip
     if known is not None:
@@ -667,7 +675,7 @@ def ingest(
     if overrides:  # a key the config has not is refused before the corpus is read
         model_identity(model, random_init, seed or 0, overrides)
     # fail on bad input before loading anything
-    checked = check_corpus(asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed or 0)
+    checked = check_corpus(asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed)
     lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=settings.dtype, **overrides)
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
         model_identity(model, random_init, seed or 0, overrides)

@@ -76,7 +76,7 @@ import polars as pl
 from atlas.errors import AtlasError, arg
 from atlas.needs import SHARED, Need
 
-QUERIES = resources.files("atlas.queries")  # the repository's queries/
+QUERIES = resources.files("atlas.catalogue_sql")  # the repository's queries/
 FIELDS = (
     "name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "figure", "baseline",
     "axis", "percent", "labels",
@@ -285,6 +285,8 @@ class _Header:
         for name in ("figure", "baseline", "axis", "percent"):
             if name in v and not plot:
                 self.fail(self.lines[name], f"'{name}:' without a 'plot:' line: there is no figure")
+        if "baseline" in v and plot[0] != "layers":
+            self.fail(self.lines["baseline"], f"'baseline:' is drawn by a layers figure only, not {plot[0]}")
         for column in percent:
             if column not in plot[1:]:
                 self.fail(self.lines["percent"], f"'{column}' is drawn in percent but not a column of the 'plot:' line")

@@ -55,7 +55,7 @@ from atlas.files import check_folders_above, writing_to
 from atlas.macros import macros_state, write_macros
 
 # the repository's schema.sql, beside queries/ there and in the installed package (atlas/schema.sql)
-SCHEMA_FILE = resources.files("atlas.queries").parent / "schema.sql"
+SCHEMA_FILE = resources.files("atlas.catalogue_sql").parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
 PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place

@@ -1,6 +1,6 @@
 """What the work per attention weight needs to know of a forward batch: ``atlas.ingestion.sparsify`` describes the
-batch,
-``atlas.ingestion.cpu_rows`` or ``atlas.ingestion.tensor_rows`` computes its rows from the description and the maps."""
+batch, ``atlas.ingestion.cpu_rows`` or ``atlas.ingestion.tensor_rows`` computes its rows from the description and
+the maps."""
 
 from __future__ import annotations
 

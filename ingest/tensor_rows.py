@@ -23,8 +23,8 @@ Arrays = dict[str, np.ndarray]
 
 FLOAT_KEY_BITS = 13  # inputs up to 2**13 tokens rank by float32 keys (exact up to 2**24), longer by int64
 BLOCK_WEIGHTS = 1 << 20  # attention weights per block of work by default (4 MiB of float32; the ingest's: budget.py)
-# the store's integer types (atlas.ingestion.row_batch) as torch's, made on the device before the columns cross to the
-# host
+# the store's integer types (atlas.ingestion.row_batch) as torch's, made on the device before the columns cross to
+# the host
 LAYER = torch.from_numpy(np.zeros(0, dtype=LAYER_TYPE)).dtype
 POSITION = torch.from_numpy(np.zeros(0, dtype=POSITION_TYPE)).dtype
 

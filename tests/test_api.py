@@ -345,3 +345,11 @@ def test_export_writes_what_the_cli_writes(sample, st, tmp_path, capsys):
     with pytest.raises(atlas.AtlasError, match=f"^out='{a_file}/x': '{a_file}' is a file, not a folder$"):
         st.export(a_file / "x")
     assert a_file.read_text() == "precious"
+
+
+def test_answer_on_spark_is_the_one_answer_call_on_spark(monkeypatch):
+    """Earlier versions' call on Spark goes through ``atlas.api.answer``, its parameters as the entry's."""
+    calls = []
+    monkeypatch.setattr(atlas.api, "answer", lambda *args, **kwargs: calls.append((args, kwargs)))
+    atlas.api.answer_on_spark("entropy", "st", "RUN", master="local[1]", min_count=3)
+    assert calls == [(("entropy", "st", "RUN"), {"engine": "spark", "master": "local[1]", "params": {"min_count": 3}})]

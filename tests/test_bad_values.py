@@ -384,6 +384,11 @@ def test_describe_writes_no_file():
     assert refused("query", "entropy", "--describe", "--param", "x=1", "--run", "r") == (
         "Error: --describe: prints the entry's text, running nothing; leave out --param, --run"
     )
+    assert refused("query", "entropy", "--describe", "--engine", "spark") == (
+        "Error: --describe: prints the entry's text, running nothing; leave out --engine"
+    )
+    described = CliRunner().invoke(cli, ["query", "entropy", "--describe", "--engine", "duckdb"])
+    assert described.exit_code == 0 and described.output.startswith("-- name: entropy\n")  # the default, named
 
 
 def test_an_output_under_a_file_names_the_file(store, tmp_path):

@@ -172,7 +172,7 @@ def test_the_sentences_each_filter_drops_are_counted_in_the_filters_order(tmp_pa
     assert f"FrameNet exemplar sentences, Kovaleva et al.'s filters: {total} dropped: {said}\n" in result.output
 
 
-# The reference: the released procedure over the sample files, independent of ingest/framenet.py.
+# The reference: the released procedure over the sample files, independent of ingest/readers/framenet.py.
 
 
 def _nltk_sentences(file: Path) -> tuple[str, list[dict]]:

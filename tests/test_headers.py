@@ -38,6 +38,8 @@ def test_a_figure_is_said_in_its_header(tmp_path: Path) -> None:
         _entry(tmp_path, "-- plot: heatmap value\n")
     with pytest.raises(AtlasError, match=r"tiny\.sql:4: 'baseline:' without a 'plot:' line"):
         _entry(tmp_path, "-- baseline: value\n")
+    with pytest.raises(AtlasError, match=r"tiny\.sql:6: 'baseline:' is drawn by a layers figure only, not heatmap"):
+        _entry(tmp_path, "-- plot: heatmap value\n-- figure: a heat map of `value`\n-- baseline: value\n")
     said = "a layer x head heat map of each of `all_types`, `pronoun`, `proper`, `nominal`"
     assert resolve("coreference heads").figure == said
     assert resolve("entropy").baseline == "uniform_entropy"

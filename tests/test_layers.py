@@ -46,7 +46,7 @@ LAYERS = {
         "atlas.prerequisites",
         "atlas.maps",
         "atlas.run_sql",
-        "atlas.queries",
+        "atlas.catalogue_sql",
     ],
     "model and corpus readers": [
         "atlas.model",
@@ -59,6 +59,7 @@ LAYERS = {
         "atlas.checks",
         "atlas.files",
         "atlas.version",
+        "atlas.checkout",
     ],
 }
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
@@ -230,6 +231,23 @@ def test_the_checks_find_a_circle_and_an_upward_import(tmp_path: Path) -> None:
     (tmp_path / "atlas/model/load.py").write_text("")  # the circle broken, nothing upward is left
     assert import_circle(find_modules(package_sources(tmp_path))) is None
     assert upward_imports(find_modules(package_sources(tmp_path))) == []
+
+
+def test_a_checkout_imports_the_modules_packaging_maps() -> None:
+    """Without an install's finder (a plain checkout, or Python started in a clone beside an installed wheel), the
+    package finds its top-level parts as pyproject.toml maps them: the same files an editable install imports."""
+    code = (
+        "import sys; sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, '__module__', '')"
+        ".startswith('__editable__')]; import atlas, atlas.cli, atlas.ingestion.readers.conllu, atlas.catalogue_sql;"
+        "from atlas.store import SCHEMA_FILE; print(atlas.__file__, atlas.cli.__file__, "
+        "atlas.ingestion.readers.conllu.__file__, SCHEMA_FILE, callable(atlas.queries))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = done.stdout.split()
+    assert files == [
+        str(ROOT / "atlas" / "__init__.py"), str(ROOT / "cli.py"), str(ROOT / "ingest" / "readers" / "conllu.py"),
+        str(ROOT / "schema.sql"), "True",
+    ]  # fmt: skip
 
 
 def test_no_symlink_in_the_repository() -> None:

@@ -71,7 +71,7 @@ def test_the_wheel_adds_one_top_level_name(wheel: Path) -> None:
     tops = {name.split("/")[0] for name in names}
     assert tops == {"atlas", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "atlas/schema.sql" in names and "atlas/cli.py" in names and "atlas/ingestion/pipeline.py" in names
-    assert sum(name.startswith("atlas/queries/") and name.endswith(".sql") for name in names) == len(queries())
+    assert sum(name.startswith("atlas/catalogue_sql/") and name.endswith(".sql") for name in names) == len(queries())
 
 
 def test_installed_atlas_works_outside_the_checkout(installed: tuple[Path, dict[str, str]], tmp_path: Path) -> None:

@@ -23,14 +23,10 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError
 from atlas.ingestion.readers.base import FileReader, Reading
 from atlas.ingestion.readers.corpus_info import CorpusInfo
-
-if TYPE_CHECKING:
-    pass
 
 _ENTITY_ITEM = re.compile(r"\(([^()]+)\)|\(([^()]+)|([^()]+)\)")
 _DISCONTINUOUS = re.compile(r"\[\d+/\d+\]$")

@@ -31,15 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
 
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reading
 from atlas.ingestion.readers.conllu import Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo, dropped_text
-
-if TYPE_CHECKING:
-    pass
 
 NS = "{http://framenet.icsi.berkeley.edu}"
 MAX_SENTENCE_TOKENS = 12
