@@ -75,7 +75,6 @@ class Answer:
 class Prepared:
     """An entry ready to run on an engine: its parameters bound and checked, its needs met."""
 
-    entry: Entry
     params: dict[str, object]  # bound, the runs among them checked
     title: str  # the entry and the runs it answers for
     notes: tuple[str, ...]
@@ -159,7 +158,7 @@ def prepare(
     notes = check_with(entry, bound, lambda need: (engine.first(need.sql, bound) or (None,))[0])
     used = [f"{key} {run_line(engine, str(bound[key]))}" for key in runs if bound.get(key)]
     title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
-    return Prepared(entry, bound, title, tuple(notes))
+    return Prepared(bound, title, tuple(notes))
 
 
 def answer_on(

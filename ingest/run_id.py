@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from atlas.errors import AtlasError, arg
-from atlas.ingestion.readers import reader
+from atlas.ingestion.readers import check_options, reader
 from atlas.ingestion.readers.base import CorpusOptions
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.model.identity import DEFAULT_MODEL, model_identity
@@ -168,12 +168,11 @@ def ingested_run(
     read = reader(fmt)  # a drawn corpus has no file: ``corpus`` is its name, its sha256 that of the name
     if not data.is_dir() or read.takes_file and not corpus.is_file() and not corpus.is_dir():
         return None
-    if any(option not in read.options for option in CorpusOptions(task=task, sample=sample).given()):
-        return None  # refused by the corpus check
     try:
+        check_options(read, CorpusOptions(task=task, sample=sample))
         info = read.info(corpus, CorpusOptions(task=task, sample=sample, sample_seed=sample_seed))
     except AtlasError:
-        return None  # refused by the corpus check (a GLUE file without its task)
+        return None  # refused by the corpus check (an option of another format, a GLUE file without its task)
     start = _readable_part(info, model or DEFAULT_MODEL, random_init, seed)
     if not any(p.name.startswith(start) for p in data.iterdir()):
         return None  # no run of this corpus and model: neither is hashed
