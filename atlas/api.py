@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import duckdb
 import numpy as np
@@ -46,8 +46,9 @@ from atlas.ingestion.readers.corpus_info import dropped_text
 from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, for the CLI
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.macros import macro_call
-from atlas.maps import read_maps
+from atlas.maps import read_maps, token_labels
 from atlas.store import OLDER_RUNS, Store, is_uri, store_named, table_schemas
+from atlas.views import AttentionMap, Heads, kept_note
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,11 +105,6 @@ def describe(name: str) -> str:
     parameters, what it needs first, notes, keys, figure) and its SQL (``name``: a name, an alias or close
     words, which choose the entry they fit with an ``AtlasNote`` saying which)."""
     return _chosen(name).sql.rstrip("\n")
-
-
-class AttentionMap(NamedTuple):
-    weights: np.ndarray  # float32 (n, n): weights[src, dst], the attention token src pays to token dst
-    tokens: list[str]  # the n word pieces, [CLS] and [SEP] included
 
 
 class Atlas:
@@ -398,19 +394,40 @@ class Atlas:
     @checks.typed
     def attention(self, *, example: int, layer: int, head: int, run: str | None = None) -> AttentionMap:
         """An input's attention map in one head (``layer`` and ``head`` 1-based, as the catalogue shows them;
-        ``example`` is ``examples.example_id``) and its tokens.
+        ``example`` is ``examples.example_id``): ``.weights[src, dst]`` and ``.tokens``, shown in a notebook as a
+        head view (see ``heads``)."""
+        return self.heads(example=example, layers=[layer], heads=[head], run=run).head(layer, head)
 
-        The map is built from the run's stored edges: exact on a dense run (``dense=True``); on a sparse run each
+    @checks.typed
+    def heads(
+        self,
+        *,
+        example: int,
+        layers: Sequence[int] | None = None,
+        heads: Sequence[int] | None = None,
+        run: str | None = None,
+    ) -> Heads:
+        """An input's attention maps in ``layers`` and ``heads`` (1-based; default: all), ``.weights[l, h, src,
+        dst]``; shown in a notebook as a model view, and ``.head(layer, head)`` as a head view, each token saying
+        its word, POS, relation and special role on hover.
+
+        The maps are built from the run's stored edges: exact on a dense run (``dense=True``); on a sparse run each
         row holds its largest weights up to the run's kept mass and cap (in steps of 1/256) and zeros where edges
-        were dropped.
+        were dropped, which the views' note says with the mass the rows hold.
         """
         run_id = self.run_id(run)
         con = self.connection
-        n_layers, n_heads = con.execute("SELECT n_layers, n_heads FROM runs WHERE run_id = ?", [run_id]).fetchone()
-        if not 1 <= layer <= n_layers:
-            raise AtlasError(f"{arg('layer', layer)}: run {run_id} has layers 1 to {n_layers}")
-        if not 1 <= head <= n_heads:
-            raise AtlasError(f"{arg('head', head)}: run {run_id} has heads 1 to {n_heads}")
+        n_layers, n_heads, kept_mass, max_edges = con.execute(
+            "SELECT n_layers, n_heads, kept_mass, max_edges FROM runs WHERE run_id = ?", [run_id]
+        ).fetchone()
+        chosen = []
+        for name, given, last in (("layer", layers, n_layers), ("head", heads, n_heads)):
+            picked = tuple(range(1, last + 1)) if given is None else tuple(given)
+            for value in picked:
+                if not 1 <= value <= last:
+                    named = arg(name if len(picked) == 1 and given is not None else f"{name}s", value)
+                    raise AtlasError(f"{named}: run {run_id} has {name}s 1 to {last}")
+            chosen.append(picked)
         maps = read_maps(con, run_id, [example])
         if example not in maps:
             sql = "SELECT skipped FROM examples WHERE run_id = ? AND example_id = ?"
@@ -419,7 +436,14 @@ class Atlas:
                 raise AtlasError(f"{arg('example', example)}: run {run_id} has examples 0 to {last}")
             raise AtlasError(f"example {example} of run {run_id} was skipped (longer than the run's max length)")
         found = maps[example]
-        return AttentionMap(found.weights[layer - 1, head - 1], found.tokens)
+        layer_index, head_index = (np.asarray(c, dtype=np.intp) - 1 for c in chosen)
+        weights = found.weights[np.ix_(layer_index, head_index)]
+        source = f"run {run_id}, example {example}"
+        if run is None and len(others := self._engine().run_ids("runs")) > 1:
+            source += f" (the store's latest of its {len(others)} runs)"
+        note = kept_note(weights, kept_mass, max_edges)
+        labels = token_labels(con, run_id, example)
+        return Heads(weights, found.tokens, chosen[0], chosen[1], labels, source, note, int(n_heads))
 
     @checks.typed
     def report(
@@ -521,7 +545,12 @@ def answer(
 
 
 def answer_on_spark(
-    name: str, /, store: str | os.PathLike[str] | None = None, run: str | None = None, *, master: str = "local[2]",
+    name: str,
+    /,
+    store: str | os.PathLike[str] | None = None,
+    run: str | None = None,
+    *,
+    master: str = "local[2]",
     **params: object,
 ) -> Answer:
     """``answer(name, store, run, engine='spark', master=master, params=params)``, the call of earlier versions."""

@@ -20,9 +20,9 @@ import polars as pl
 from atlas import checks
 from atlas.catalogue import Entry, run_entry
 from atlas.compare import check_shapes, compare, key_columns, letter, lettered
-from atlas.errors import AtlasError, arg
+from atlas.errors import AtlasError, Note, arg, literal
 from atlas.prerequisites import check_with
-from atlas.run_sql import INGESTED, LATEST_RUN, RAN, SHAPE, TASK_MODEL
+from atlas.run_sql import LATEST_RUN, RAN, RUN_IDS, SHAPE, TASK_MODEL
 from atlas.store import Store
 
 
@@ -45,8 +45,8 @@ class Engine(Protocol):
         holds from ``params``; None where it has no row."""
         ...
 
-    def holds(self, run: str) -> bool:
-        """Whether the store holds results of ``run``: an ingested run, or a task model's."""
+    def run_ids(self, kind: str) -> list[str]:
+        """The runs the store holds, sorted: kind 'runs', its ingested runs; 'any', also its task models'."""
         ...
 
     def frame(self, entry: Entry, params: dict[str, object]) -> pl.DataFrame:
@@ -99,8 +99,10 @@ class DuckDBEngine:
         used = self.con.extract_statements(sql)[0].named_parameters
         return self.con.execute(sql, {name: params[name] for name in used}).fetchone()
 
-    def holds(self, run: str) -> bool:
-        return run in self.store.run_ids()
+    def run_ids(self, kind: str) -> list[str]:
+        if kind == "any":
+            return self.store.run_ids()
+        return sorted(r for (r,) in self.con.execute(RUN_IDS).fetchall())
 
     def frame(self, entry: Entry, params: dict[str, object]) -> pl.DataFrame:
         return run_entry(self.con, entry, params)
@@ -122,13 +124,34 @@ def latest_run(engine: Engine) -> str:
 
 
 def check_run(engine: Engine, run: str, param: str = "run", kind: str = "runs", *, query: bool = False) -> str:
-    """``run`` if the store holds it (kind 'runs': an ingested run; 'any': also a task model's results); else
-    refused naming ``param``, the parameter it was given as (``query``: a catalogue entry's parameter)."""
-    known = engine.first(INGESTED, {"run": run}) is not None if kind == "runs" else engine.holds(run)
-    if not known:
-        named = arg(param, repr(str(run)), query=query)
-        raise AtlasError(f"{named}: no such run in {engine.location} (see 'atlas runs')")
-    return run
+    """The run ``run`` names, if the store holds it (kind 'runs': an ingested run; 'any': also a task model's
+    results): its whole id, a unique start of it, or a unique start of its hash (the id's last part); else refused
+    naming ``param``, the parameter it was given as (``query``: a catalogue entry's parameter), and the runs it
+    could be where it names several."""
+    known = engine.run_ids(kind)
+    if run in known:
+        return run
+    found = [r for r in known if r.startswith(run) or r.rpartition("__")[2].startswith(run)]
+    if len(found) == 1:
+        return found[0]
+    named = arg(param, repr(str(run)), query=query)
+    if found:
+        raise AtlasError(f"{named}: the start of {len(found)} runs ({', '.join(found)}); give more of the one meant")
+    raise AtlasError(f"{named}: no such run in {engine.location} (see 'atlas runs')")
+
+
+def latest_note(engine: Engine, run: str, shown: Sequence[str] = ()) -> list[str]:
+    """Where the latest run, ``run``, stands for a run left out and the store holds others (besides those
+    ``shown`` beside it): the note saying so."""
+    others = len(set(engine.run_ids("runs")) - {run, *shown})
+    if others < 1:
+        return []
+    return [
+        Note(
+            f"note: run {literal(run)} answered, the store's latest; it holds {others} other "
+            f"run{'s' if others > 1 else ''}: name one with {arg('run', 'RUN')} (see 'atlas runs')"
+        )
+    ]
 
 
 def run_line(engine: Engine, run: str) -> str:
@@ -148,17 +171,19 @@ def prepare(
     values = {key: parameter_text(value) for key, value in params.items()}
     takes_run = entry.takes_run(run)
     entry.bind(values | ({"run": run or ""} if takes_run else {}))  # refused before the engine reads the store
+    latest: list[str] = []
     if takes_run:
         values["run"] = run or latest_run(engine)
+        latest = latest_note(engine, values["run"]) if run is None else []
     runs = entry.run_parameters  # the parameters holding a run id, as the header declares them
-    for key, value in values.items():
-        if key in runs and value:
-            check_run(engine, value, key, runs[key], query=key != "run" or named)
+    for key, value in list(values.items()):
+        if key in runs and value:  # a run named by a start of its id or hash: its whole id
+            values[key] = check_run(engine, value, key, runs[key], query=key != "run" or named)
     bound = entry.bind(values)
     notes = check_with(entry, bound, lambda need: (engine.first(need.sql, bound) or (None,))[0])
     used = [f"{key} {run_line(engine, str(bound[key]))}" for key in runs if bound.get(key)]
     title = f"{entry.name} ({entry.paper})" + (f"; {'; '.join(used)}" if used else "; every run in the store")
-    return Prepared(bound, title, tuple(notes))
+    return Prepared(bound, title, tuple(latest + notes))
 
 
 def answer_on(
@@ -198,7 +223,11 @@ def _compare(
         raise AtlasError(f"{arg('run')}: name the runs to compare in {arg('runs', '[...]')} only")
     if not entry.takes_run(None):
         raise AtlasError(f"{arg('runs')}: '{entry.name}' takes no run; there is nothing to compare")
-    runs = [latest_run(engine) if r is None else r for r in given]
+    params_named = ["runs" if i else "run" if named else "runs[0]" for i in range(len(given))]
+    runs = [
+        latest_run(engine) if r is None else check_run(engine, r, p, query=p == "run")
+        for r, p in zip(given, params_named, strict=True)
+    ]
     if given and given[0] is None:  # the latest run, left out, named again among the others: it is the first
         runs = [runs[0], *(r for r in runs[1:] if r != runs[0])]
     if len(runs) < 2 or len(set(runs)) < len(runs):
@@ -206,13 +235,13 @@ def _compare(
         latest = f"; {arg('runs[0]')} left out is the latest run" if None in given else ""
         raise AtlasError(f"{arg('runs')}: name two or more different runs (given: {said}{latest})")
     answers: dict[str, Answer] = {}
-    for i, r in enumerate(runs):  # the first is the CLI's --run (or --param run), the others its --compare
-        param = "runs" if i else "run" if named else "runs[0]"
-        answers[r] = answer_on(engine, entry, check_run(engine, r, param, query=param == "run"), params=params)
+    for r in runs:  # the first is the CLI's --run (or --param run), the others its --compare
+        answers[r] = answer_on(engine, entry, r, params=params)
     frames = {r: a.frame for r, a in answers.items()}
     keys = key_columns(entry, frames[runs[0]])
     check_shapes(entry, keys, runs, lambda r: engine.first(SHAPE, {"run": r}))
     lines = "; ".join(f"{'run' if i == 0 else 'compared with'} {run_line(engine, r)}" for i, r in enumerate(runs))
     title = f"{entry.name} ({entry.paper}); {lines}; aligned on {', '.join(keys)}, differences to {runs[0]}"
-    notes = tuple(dict.fromkeys(n for a in answers.values() for n in a.notes))
+    latest = latest_note(engine, runs[0], runs) if given and given[0] is None else []
+    notes = tuple(dict.fromkeys([*latest, *(n for a in answers.values() for n in a.notes)]))
     return Answer(entry, compare(entry, frames), title, notes, tuple(runs))

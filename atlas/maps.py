@@ -44,3 +44,27 @@ def read_maps(con: duckdb.DuckDBPyConnection, run_id: str, example_ids: list[int
         index = tuple(np.asarray(edges[c][mine], dtype=np.intp) for c in ("layer", "head", "src_tok", "dst_tok"))
         weights[index] = edges["weight"][mine]
     return {i: ExampleMaps(i, tokens[i], maps[i]) for i in ids if i in maps}
+
+
+def token_labels(con: duckdb.DuckDBPyConnection, run_id: str, example_id: int) -> tuple[str, ...]:
+    """What each token of an input says on hover, in input order: a word's piece its word, POS, relation and head
+    word (``piece  word 3 'cat': NOUN, nsubj of 'sat'``); a special token its role (``[CLS]  special: cls``)."""
+    rows = con.execute(
+        "SELECT t.piece, t.role, w.word_idx, w.form, w.upos, w.deprel, h.form FROM tokens t "
+        "LEFT JOIN words w ON w.run_id = t.run_id AND w.example_id = t.example_id AND w.word_idx = t.word_idx "
+        "LEFT JOIN words h ON h.run_id = w.run_id AND h.example_id = w.example_id AND h.word_idx = w.head_word_idx "
+        "WHERE t.run_id = ? AND t.example_id = ? ORDER BY t.tok_idx",
+        [run_id, example_id],
+    ).fetchall()
+    labels = []
+    for piece, role, word_idx, form, upos, deprel, head in rows:
+        if role is not None:
+            labels.append(f"{piece}  special: {role}")
+        elif word_idx is None:
+            labels.append(piece)
+        else:
+            said = ", ".join(
+                p for p in (upos, f"{deprel} of '{head}'" if head is not None else deprel) if p is not None
+            )
+            labels.append(f"{piece}  word {word_idx + 1} '{form}'" + (f": {said}" if said else ""))
+    return tuple(labels)

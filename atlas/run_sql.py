@@ -7,7 +7,7 @@ from __future__ import annotations
 
 # the run a left-out run parameter stands for: the one ingested last (ties by run id)
 LATEST_RUN = "SELECT run_id FROM runs ORDER BY created_at DESC, run_id LIMIT 1"
-INGESTED = "SELECT 1 FROM runs WHERE run_id = $run"  # a row: the run is an ingested run
+RUN_IDS = "SELECT run_id FROM runs"  # the ingested runs
 RAN = "SELECT model, corpus FROM runs WHERE run_id = $run"  # what an ingested run ran
 TASK_MODEL = "SELECT any_value(task), any_value(model) FROM task_models WHERE run_id = $run"  # a task model's run
 SHAPE = "SELECT n_layers, n_heads FROM runs WHERE run_id = $run"  # its model's layers and heads

@@ -197,6 +197,18 @@ class StoreLocked(AtlasError):
     """Another process (a DuckDB shell) holds the store's DuckDB file as atlas cannot share it."""
 
 
+def _open_error(db: Path, exc: duckdb.Error, read_only: bool) -> AtlasError:
+    """Why DuckDB could not open the store's database, in one line."""
+    why = str(exc).splitlines()[0]
+    if "Conflicting lock" not in why:  # DuckDB's own words: another process holds the file
+        return AtlasError(f"{db}: cannot open the store ({why})")
+    if read_only:  # held read-write
+        why += "; a DuckDB shell beside atlas opens the store with -readonly"
+    else:  # held at all: atlas writes the file
+        why += "; atlas writes the store now: close the other program (a DuckDB shell) first"
+    return StoreLocked(f"{db}: cannot open the store ({why})")
+
+
 class Store:
     def __init__(self, root: Path, from_env: bool = False) -> None:
         self.root = root
@@ -394,17 +406,13 @@ class Store:
     def _open(self, read_only: bool) -> duckdb.DuckDBPyConnection:
         try:
             con = duckdb.connect(str(self.db), read_only=read_only)
-            con.execute("SET enable_progress_bar = false")  # atlas prints its own tables
-            return con
         except duckdb.Error as exc:
-            why = str(exc).splitlines()[0]
-            if "Conflicting lock" not in why:  # DuckDB's own words: another process holds the file
-                raise AtlasError(f"{self.db}: cannot open the store ({why})") from None
-            if read_only:  # held read-write
-                why += "; a DuckDB shell beside atlas opens the store with -readonly"
-            else:  # held at all: atlas writes the file
-                why += "; atlas writes the store now: close the other program (a DuckDB shell) first"
-            raise StoreLocked(f"{self.db}: cannot open the store ({why})") from None
+            raise _open_error(self.db, exc, read_only) from None
+        try:
+            con.execute("SET enable_progress_bar = false")  # atlas prints its own tables
+        except duckdb.InvalidInputException:  # in Jupyter without ipywidgets, where DuckDB draws no bar either
+            pass
+        return con
 
     def refresh_views(self) -> None:
         """Rewrite the views and the .schema files (after schema.sql changed), holding the writer lock."""

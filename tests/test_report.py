@@ -107,7 +107,8 @@ def test_explorer_holds_the_stored_edges_of_the_chosen_inputs(report, stores):
         for example in run["examples"]:
             stored = levels(example, run["layers"], run["heads"])
             for layer, head in ((1, 1), (4, 9), (6, 12)):
-                weights, tokens = st.attention(run=run_id, example=example["id"], layer=layer, head=head)
+                found = st.attention(run=run_id, example=example["id"], layer=layer, head=head)
+                weights, tokens = found.weights, found.tokens
                 assert tokens == example["tokens"]
                 assert np.array_equal(stored[layer - 1, head - 1], np.rint(weights * 255).astype(np.uint8))
 

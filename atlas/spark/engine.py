@@ -195,8 +195,10 @@ class SparkEngine:
         rows = self.spark.sql(statement.text, args=statement.args(params)).take(1)
         return tuple(rows[0]) if rows else None
 
-    def holds(self, run: str) -> bool:
-        return any(self.first(f"SELECT 1 FROM {table} WHERE run_id = $run", {"run": run}) for table in table_schemas())
+    def run_ids(self, kind: str) -> list[str]:
+        tables = table_schemas() if kind == "any" else ["runs"]
+        union = " UNION ".join(f"SELECT DISTINCT run_id FROM {table}" for table in tables)
+        return sorted(row[0] for row in self.spark.sql(union).collect())
 
     def dataframe(self, entry: Entry, params: dict[str, object]) -> DataFrame:
         """The entry's answer as a Spark DataFrame, computed when collected (``params``: bound); an error Spark

@@ -14,6 +14,7 @@ from atlas.ingestion.readers.base import CorpusOptions, Reader
 from atlas.ingestion.readers.conllu import Conllu
 from atlas.ingestion.readers.framenet import FrameNet
 from atlas.ingestion.readers.glue import Glue
+from atlas.ingestion.readers.lines import Lines
 from atlas.ingestion.readers.repeated import RepeatedTokens
 from atlas.ingestion.readers.text import Text
 
@@ -32,6 +33,7 @@ register(Conllu())
 register(Glue())
 register(FrameNet())
 register(Text())
+register(Lines())
 register(RepeatedTokens())
 
 
