@@ -2,7 +2,9 @@
 
 One table macro per entry, named after it (``best head per dependency relation`` ->
 ``best_head_per_dependency_relation``), with the entry's parameters as named macro parameters and the
-same defaults; a run parameter left out (NULL) is the latest run, as in the CLI::
+same defaults; a run parameter left out (NULL) is the latest run, as in the CLI (where the store holds other runs
+the CLI and the API say which one answered; a macro cannot, and ``FROM runs`` lists them; a macro takes a whole run
+id, not the unique start of one the CLI and the API take)::
 
     FROM best_head_per_dependency_relation(min_count := 50)
     FROM entropy(run := 'en_ewt...') WHERE layer = 3

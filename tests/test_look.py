@@ -165,6 +165,11 @@ def test_a_run_is_named_by_a_start_of_its_id_or_hash(stores, tmp_path):
         assert "latest of its 2 runs" in m.source
         compared = st.answer("special tokens", runs=[dense_id[:-4], sparse_id.rpartition("__")[2][:6]])
         assert compared.runs == (dense_id, sparse_id) and not compared.notes
+        st.report(tmp_path / "latest.html", examples=1, progress=False)
+        st.report(tmp_path / "named.html", run=dense_id[:-4], examples=1, progress=False)
+    assert "the store&#x27;s latest run, beside 1 other" in (tmp_path / "latest.html").read_text()
+    assert dense_id in (tmp_path / "named.html").read_text()
+    assert "latest run, beside" not in (tmp_path / "named.html").read_text()
     cli_runs = CliRunner().invoke(cli, ["query", "special tokens", "--store", str(both), "--run", dense_id[:-4]])
     assert cli_runs.exit_code == 0 and "latest" not in cli_runs.output
     said = CliRunner().invoke(cli, ["query", "special tokens", "--store", str(both)])

@@ -81,6 +81,8 @@ def write_report(
     title = f"Attention Atlas report: {run_id}" + (f" beside {compare_id}" if compare_id else "")
     written = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     subtitle = f"store {st.store.root.resolve()}; written {written} by atlas {__version__}"
+    if run is None and (others := len(st.runs()) - len(runs)) > 0:
+        subtitle += f"; the store's latest run, beside {others} other{'s' if others > 1 else ''}: name one for another"
     text = page(title, subtitle, fields(meta), explorer, sections)
     with replacing(out, arg("out", repr(str(out)))) as tmp:
         tmp.write_text(text, encoding="utf-8")
