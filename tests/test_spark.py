@@ -313,6 +313,10 @@ def test_query_returns_a_spark_dataframe(store, spark):
     root, runs = store
     frame = atlas.spark.query(spark, root, "entropy", run=runs["sparse"])
     assert isinstance(frame, DataFrame) and frame.count() == 72
+    by_hash = atlas.api.answer("entropy", root, run=runs["sparse"].rpartition("__")[2][:7], engine="spark")
+    assert runs["sparse"] in by_hash.title and by_hash.frame.height == 72  # a run named by a start of its hash
+    with pytest.raises(AtlasError, match=r"the start of 2 runs"):
+        atlas.api.answer("entropy", root, run=runs["sparse"][:10], engine="spark")
     with pytest.raises(AtlasError, match="takes no run"):
         atlas.spark.query(spark, root, "glue baselines", run=runs["dense"])
     with pytest.raises(AtlasError, match="no such run"):
