@@ -12,6 +12,7 @@ import click
 import duckdb
 
 from atlas import api
+from atlas.cli_look import look
 from atlas.cli_options import (
     FilePath,
     bad_value,
@@ -26,7 +27,7 @@ from atlas.cli_options import (
 )
 from atlas.cli_tasks import TASK_COMMANDS
 from atlas.errors import AtlasError, arg, note_cli_text
-from atlas.output import check_output, emit
+from atlas.output import check_output, emit, terminal_width
 
 # the API's parameters whose option is not '--' and the name with dashes (see AtlasError.cli_text); 'runs[0]' is
 # the first of the runs compared (the CLI's --run), 'heads=False' and 'layers=False' the flags that turn them off
@@ -299,7 +300,8 @@ def ingest(
     if result.n_cut is not None:
         click.echo(
             f"{result.n_cut} of the {result.n_examples} pairs cut to --max-length (kept words in examples.sent_ids); "
-            f"{result.n_left_out} left out (a paragraph would lose every word)"
+            f"{result.n_left_out} left out (a paragraph would lose every word); {result.n_unpaired} "
+            f"paragraph{'' if result.n_unpaired == 1 else 's'} left out without a partner (an article's odd last one)"
         )
 
 
@@ -338,10 +340,38 @@ def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
 
 
 @cli.command()
+@click.option("--names", is_flag=True, help="The entries' names only (in columns across a terminal).")
+@click.option(
+    "--store",
+    "store_path",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="A store: each entry's name, whether it answers on the store's latest run, and if not, what to run first "
+    "(default: $ATLAS_STORE where it is set; else the catalogue alone).",
+)
 @format_option
-def queries(fmt: str | None) -> None:
-    """List the analysis catalogue."""
-    emit(api.queries(), fmt, None)
+def queries(names: bool, store_path: str | None, fmt: str | None) -> None:
+    """List the analysis catalogue; with a store, which entries answer on it now."""
+    if store_path is not None or os.environ.get("ATLAS_STORE"):
+        with api.open(store_path) as st:
+            click.echo(f"on run {st.latest_run()}, the store's latest (an entry taking no run: on the store)", err=True)
+            emit(st.ready(lambda refusal: refusal.cli_text(FLAGS)), fmt, None)
+        return
+    listed = api.queries()
+    if not names:
+        emit(listed, fmt, None)
+    elif fmt in (None, "table"):  # down columns across a terminal, one a line into a pipe or a file
+        click.echo(_packed(listed["name"].to_list(), terminal_width() if sys.stdout.isatty() else 0))
+    else:
+        emit(listed.select("name"), fmt, None)
+
+
+def _packed(names: list[str], width: int) -> str:
+    """``names`` down columns of the longest name's width, as many columns as fit ``width`` (at least one)."""
+    column = max(map(len, names)) + 2
+    n_rows = -(-len(names) // max(1, (width + 2) // column))
+    rows = [names[i::n_rows] for i in range(n_rows)]
+    return "\n".join("".join(name.ljust(column) for name in row).rstrip() for row in rows)
 
 
 def _params(values: tuple[str, ...]) -> dict[str, str]:
@@ -434,14 +464,14 @@ def _answer(
     store_path: str | None,
     compare: tuple[str, ...] = (),
     figure: Path | None = None,
-    **where: str,
+    **given: str | None,
 ) -> api.Answer:
     """Run an entry (``compare``: beside --run, default the latest run, more runs; ``figure``: draw it into this
-    file; ``where``: the engine its SQL runs on and Spark's master, as ``api.answer`` takes them); its title line
-    (the entry and the runs that answered) and notes go to stderr."""
+    file; ``given``: the engine its SQL runs on and Spark's master, or the figure's title, as ``api.answer`` takes
+    them); its title line (the entry and the runs that answered) and notes go to stderr."""
     name = _entry_name(phrase)
     runs = [run_id, *compare] if compare else None
-    answer = api.answer(name, store_path, None if compare else run_id, runs, figure, params=_params(params), **where)
+    answer = api.answer(name, store_path, None if compare else run_id, runs, figure, params=_params(params), **given)
     click.echo(answer.title, err=True)
     for note in answer.notes:
         click.echo(note_cli_text(note), err=True)
@@ -459,6 +489,12 @@ def _answer(
     multiple=True,
     help="Another run (repeatable): panels side by side on one colour scale, and the differences to --run.",
 )
+@click.option(
+    "--title",
+    default=None,
+    help="The figure's title (default: the entry and its paper, e.g. 'entropy (Clark et al. 2019)'; '': none). The "
+    "runs that answered are said in small type at its foot.",
+)
 @store_option
 def plot_command(
     phrase: str,
@@ -466,10 +502,11 @@ def plot_command(
     run_id: str | None,
     params: tuple[str, ...],
     compare_ids: tuple[str, ...],
+    title: str | None,
     store_path: str | None,
 ) -> None:
     """Draw the paper-style figure of a catalogue entry (PNG, PDF or SVG, by the --out file's suffix)."""
-    _answer(phrase, run_id, params, store_path, compare_ids, out)
+    _answer(phrase, run_id, params, store_path, compare_ids, out, title=title)
     click.echo(f"wrote {out}", err=True)
 
 
@@ -693,7 +730,7 @@ def report(
     )
 
 
-for _command in TASK_COMMANDS:
+for _command in (*TASK_COMMANDS, look):
     cli.add_command(_command)
 
 

@@ -185,6 +185,14 @@ class Atlas:
         """The analysis catalogue (as ``atlas.queries()``)."""
         return queries()
 
+    def ready(self, said: Callable[[AtlasError], str] = str) -> pl.DataFrame:
+        """Per catalogue entry, whether it answers on the store's latest run now, or what to run first (``atlas
+        queries --store``): columns name, answers and first (``said``: how a refusal is said, by default in the
+        API's words; see ``atlas.ready``)."""
+        from atlas.ready import readiness, table
+
+        return table(readiness(self._engine()), said)
+
     @checks.typed
     def answer(
         self,
@@ -193,6 +201,8 @@ class Atlas:
         run: str | None = None,
         runs: Sequence[str | None] | None = None,
         figure: str | os.PathLike[str] | None = None,
+        *,
+        title: str | None = None,
         **params: object,
     ) -> Answer:
         """Run the catalogue entry named by ``name`` (a name, an alias or close words, which choose the entry they
@@ -201,7 +211,7 @@ class Atlas:
         compared (see ``atlas.compare``; None: the latest run); ``figure``: also
         save the entry's paper-style figure to this file (PNG, PDF or SVG, by its suffix); ``params``: the
         entry's other parameters (see ``queries()``). On Apache Spark: ``atlas.api.answer(..., engine='spark')``."""
-        return _answered(self._engine, name, run, runs, figure, params)
+        return _answered(self._engine, name, run, runs, figure, params, title)
 
     @checks.typed
     def query(
@@ -215,7 +225,14 @@ class Atlas:
 
     @checks.typed
     def plot(
-        self, name: str, /, run: str | None = None, runs: Sequence[str | None] | None = None, **params: object
+        self,
+        name: str,
+        /,
+        run: str | None = None,
+        runs: Sequence[str | None] | None = None,
+        *,
+        title: str | None = None,
+        **params: object,
     ) -> Figure:
         """The entry's paper-style figure, titled with the entry and the runs that answered (``atlas plot``
         saves this figure); ``runs``: two or more runs compared, panels side by side on one colour scale and
@@ -224,7 +241,7 @@ class Atlas:
 
         answer = self.answer(name, run, runs, **params)
         warn_notes(answer.notes)
-        return figure(answer.entry, answer.frame, answer.title, answer.runs)
+        return figure(answer.entry, answer.frame, answer.title, answer.runs, title)
 
     # analyses written into the store: each holds the store's writer lock (refused at once while another
     # process writes) and publishes its results in one transaction
@@ -528,6 +545,7 @@ def answer(
     engine: str = ENGINES[0],
     master: str = "local[2]",
     params: Mapping[str, object] | None = None,
+    title: str | None = None,
 ) -> Answer:
     """``Atlas.answer`` on the store at ``store`` (default as ``open``), with the entry's ``params`` (``run``
     among them: the run, named as a parameter in errors), on ``engine``: 'duckdb', over the store's views; or
@@ -541,7 +559,7 @@ def answer(
     if runs is not None and engine != ENGINES[0]:
         raise AtlasError(f"{arg('runs')}: compares runs on the default engine; leave out {arg('engine', engine)}")
     with _OPENERS[engine](store, master) as opened:
-        return _answered(opened, name, run, runs, figure, dict(params or {}))
+        return _answered(opened, name, run, runs, figure, dict(params or {}), title)
 
 
 def answer_on_spark(
@@ -564,6 +582,7 @@ def _answered(
     runs: Sequence[str | None] | None,
     figure: str | os.PathLike[str] | None,
     params: dict[str, object],
+    title: str | None = None,
 ) -> Answer:
     """The entry ``name`` chooses answered by the answer path (``atlas.engine.answer_on``) on the engine that
     ``engine`` gives once the entry is chosen; ``figure``: its file checked first, the answer drawn into it."""
@@ -577,7 +596,7 @@ def _answered(
     check_out(Path(figure))
     entry = _chosen(name)
     found = answer_on(engine(), entry, run, runs, params)
-    save(draw(found.entry, found.frame, found.title, found.runs), Path(figure))
+    save(draw(found.entry, found.frame, found.title, found.runs, title), Path(figure))
     return found
 
 
@@ -609,6 +628,7 @@ class Ingested:
     n_edges: int  # attention edges written
     n_cut: int | None = None  # text: pairs cut to max_length (the kept words in examples.sent_ids)
     n_left_out: int | None = None  # text: pairs left out (a paragraph would lose every word)
+    n_unpaired: int | None = None  # text: paragraphs left out without a partner (an article's odd last paragraph)
     n_text_unmatched: int | None = None  # conllu, text='written': sentences whose '# text' does not hold their words
     # framenet: the exemplar sentences Kovaleva et al.'s filters dropped, (reason, count) in the filters' order
     dropped: tuple[tuple[str, int], ...] | None = None

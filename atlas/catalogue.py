@@ -133,6 +133,12 @@ class Entry:
         ingested runs; 'any': every run with results)."""
         return {p.name: p.run for p in self.parameters if p.run is not None}
 
+    @property
+    def cited(self) -> str:
+        """The paper as a figure's title cites it: the header's ``paper:`` up to its first comma or semicolon, its
+        authors and year ('Clark et al. 2019')."""
+        return re.split(r"[,;]", self.paper, maxsplit=1)[0].strip()
+
     def label(self, column: str) -> str:
         """How the figure names ``column`` (``col@run`` as ``col``): the header's words, else the name with
         '_' read as a space."""

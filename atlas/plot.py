@@ -15,13 +15,16 @@
 
 A figure names its columns as the entry's ``labels:`` header says (else by the column's name, '_' read as a
 space), what its values measure as its ``axis:`` says (else by the value column's label), draws the columns of
-its ``percent:`` in percent, and its title (the entry and the runs that answered) is wrapped to the figure's width.
+its ``percent:`` in percent. Its title is short, the entry and its paper (``entropy (Clark et al. 2019)``), or the
+caller's; the runs that answered (the rest of the answer's title line) are its caption, in small type at its foot;
+both are wrapped to the figure's width. Reference lines (a baseline, the 0 of a difference) are drawn under the data.
 
 Two or more runs compared (the answer of ``Atlas.answer(NAME, runs=[A, B, ...])``: ``col@run`` and
 ``col_diff@run`` columns): a heat map per run side by side, the runs sharing one colour scale and one colour
 bar, and a difference panel per other run (B - A, a diverging map centred at 0 on its own symmetric scale);
-``layers`` and ``bars`` overlay the runs in one panel and draw the differences below; ``mds`` draws each
-run's map beside the other (two runs' MDS coordinates are not comparable: no difference).
+``layers`` and ``bars`` overlay the runs in one panel and draw the differences below, the caption saying which run
+each letter of the legends is; ``mds`` draws each run's map beside the other (two runs' MDS coordinates are not
+comparable: no difference).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.image import AxesImage
+from matplotlib.text import Text
 
 from atlas.catalogue import Entry
 from atlas.compare import letter
@@ -47,6 +51,9 @@ PANELS_PER_ROW = 3
 VALUES_MAP = "viridis"
 DIFFERENCE_MAP = "RdBu_r"  # B - A: red where B is higher, blue where lower, white at 0
 TITLE_SIZE = 9
+CAPTION_SIZE = 7
+REFERENCE_Z = 0.5  # reference lines under every data artist (bars and points at zorder 1, lines at 2)
+_DASHED = {"linestyle": "--", "linewidth": 1, "zorder": REFERENCE_Z}  # a baseline's line
 
 Label = Callable[[str], str]  # words of a column: how a figure names it (Entry.label), or what its values measure
 
@@ -114,7 +121,7 @@ def _layers(
     uniform attention, Clark et al.'s Figure 4) as a dashed line; ``axis``: what the values measure."""
     _layer_points(ax, grid, layers, "tab:blue", "tab:red", "layer mean")
     if baseline is not None:
-        ax.axhline(baseline, color="black", linestyle="--", linewidth=1, label="uniform attention")
+        ax.axhline(baseline, **_DASHED, color="black", label="uniform attention")
     _layer_axes(ax, layers, title, axis)
     ax.legend(loc="best", fontsize=7)
 
@@ -166,7 +173,7 @@ def _bars(df: pl.DataFrame, label: Label, axis: str, x: str, y: str, baseline: s
     ``axis``: what ``y`` measures."""
     fig, ax = _axes((6, 4))
     ax.bar(df[x].cast(pl.Utf8), df[y], color="tab:blue")
-    ax.axhline(df[baseline][0], color="tab:orange", label=label(baseline))
+    ax.axhline(df[baseline][0], color="tab:orange", label=label(baseline), zorder=REFERENCE_Z)
     low = min(df[y].min(), df[baseline][0])
     high = max(df[y].max(), df[baseline][0])
     ax.set_ylim(low - 0.1 * (high - low + 1), high + 0.1 * (high - low + 1))
@@ -284,33 +291,27 @@ def _compare_layers(
             grid, layers = _grid(heads, f"{column}@{run}")
             _layer_points(top, grid, layers, f"C{i}", f"C{i}", f"{letter(i)}: layer mean", spread=0.25)
         if baselines and np.allclose(list(baselines.values()), baselines[runs[0]], rtol=1e-9, atol=0):
-            top.axhline(baselines[runs[0]], color="black", linestyle="--", linewidth=1, label="uniform attention")
+            top.axhline(baselines[runs[0]], **_DASHED, color="black", label="uniform attention")
         else:
             for run, baseline in baselines.items():
                 i = runs.index(run)
-                top.axhline(baseline, color=f"C{i}", linestyle="--", linewidth=1, label=f"{letter(i)}: uniform")
+                top.axhline(baseline, **_DASHED, color=f"C{i}", label=f"{letter(i)}: uniform")
         _layer_axes(top, layers, column, axis(column))
         top.legend(loc="best", fontsize=7)
         for i, run in enumerate(runs[1:], 1):
             grid, layers = _grid(heads, f"{column}_diff@{run}")
             _layer_points(bottom, grid, layers, f"C{i}", f"C{i}", f"{letter(i)} - A: layer mean", spread=0.25)
-        bottom.axhline(0, color="black", linewidth=0.8)
+        bottom.axhline(0, color="black", linewidth=0.8, zorder=REFERENCE_Z)
         title = f"{column}: " + ", ".join(f"{letter(i)} - A" for i in range(1, len(runs)))
         _layer_axes(bottom, layers, title, f"difference in {axis(column)}")
         bottom.legend(loc="best", fontsize=7)
-    _name_runs(fig, runs)
     return fig
 
 
 def _wrap(text: str, width: int) -> str:
-    """Lines of at most ``width`` characters, run ids left whole."""
-    return "\n".join(textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False))
-
-
-def _name_runs(fig: Figure, runs: Sequence[str]) -> None:
-    """Which run each letter of the legends is, under the panels."""
-    text = "; ".join(f"{letter(i)}: {run}" for i, run in enumerate(runs))
-    fig.supxlabel(_wrap(text, int(fig.get_figwidth() * 15)), fontsize=8)
+    """Each line of ``text`` in lines of at most ``width`` characters, run ids left whole."""
+    wrap = textwrap.TextWrapper(width, break_long_words=False, break_on_hyphens=False)
+    return "\n".join("\n".join(wrap.wrap(line)) for line in text.splitlines())
 
 
 def _compare_bars(df: pl.DataFrame, x: str, y: str, baseline: str, runs: Sequence[str]) -> Figure:
@@ -323,20 +324,19 @@ def _compare_bars(df: pl.DataFrame, x: str, y: str, baseline: str, runs: Sequenc
     width = 0.8 / len(runs)
     for i, run in enumerate(runs):
         top.bar(positions + (i - (len(runs) - 1) / 2) * width, df[f"{y}@{run}"], width, color=f"C{i}", label=letter(i))
-        top.axhline(df[f"{baseline}@{run}"][0], color=f"C{i}", linestyle="--", linewidth=1)
+        top.axhline(df[f"{baseline}@{run}"][0], **_DASHED, color=f"C{i}")
     others = runs[1:]
     width = 0.8 / len(others)
     for i, run in enumerate(others, 1):
         offset = (i - 1 - (len(others) - 1) / 2) * width
         bottom.bar(positions + offset, df[f"{y}_diff@{run}"], width, color=f"C{i}", label=f"{letter(i)} - A")
-    bottom.axhline(0, color="black", linewidth=0.8)
+    bottom.axhline(0, color="black", linewidth=0.8, zorder=REFERENCE_Z)
     for ax, ylabel in ((top, y), (bottom, f"difference in {y}")):
         ax.set_xticks(positions, labels)
         ax.set_xlabel(x)
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=7)
     top.set_title(f"{y} (dashed: each run's {baseline})", fontsize=9)
-    _name_runs(fig, runs)
     return fig
 
 
@@ -382,16 +382,26 @@ def _given(out: Path) -> str:
     return arg("figure", repr(str(out)))
 
 
-def plot(entry: Entry, df: pl.DataFrame, out: Path, source: str | None = None) -> None:
-    """Draw ``entry``'s figure of ``df`` into ``out``; ``source`` (the entry and the runs that answered) is
-    its title."""
+def plot(
+    entry: Entry,
+    df: pl.DataFrame,
+    out: Path,
+    source: str | None = None,
+    runs: Sequence[str] = (),
+    title: str | None = None,
+) -> None:
+    """Draw ``entry``'s figure of ``df`` into ``out`` (see ``figure``)."""
     check_out(out)
-    save(figure(entry, df, source), out)
+    save(figure(entry, df, source, runs, title), out)
 
 
-def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequence[str] = ()) -> Figure:
-    """``entry``'s figure of ``df``, titled ``source`` (the entry and the runs that answered); ``runs``: the
-    runs ``df`` compares (its ``col@run`` and ``col_diff@run`` columns), the first the reference."""
+def figure(
+    entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequence[str] = (), title: str | None = None
+) -> Figure:
+    """``entry``'s figure of ``df``: titled ``title``, by default the entry and its paper ('entropy (Clark et al.
+    2019)'; '': no title), and captioned at its foot with what ``source`` (the answer's title line) says beyond them,
+    the runs that answered; ``runs``: the runs ``df`` compares (its ``col@run`` and ``col_diff@run`` columns), the
+    first the reference."""
     if not entry.plot:
         raise AtlasError(f"'{entry.name}' has no figure")
     kind, *columns = entry.plot
@@ -400,8 +410,23 @@ def figure(entry: Entry, df: pl.DataFrame, source: str | None = None, runs: Sequ
     if heads.is_empty():
         raise AtlasError(f"'{entry.name}': no rows to plot")
     fig = _comparison(entry, df, heads, runs) if runs else DRAWN[kind](entry, df, heads, columns)
-    _title(fig, source or (entry.name if runs else f"{entry.name} ({entry.paper})"))
+    if title is None:
+        title = f"{entry.name} ({entry.cited})"
+    if title:
+        _fit(fig, fig.suptitle(title, fontsize=TITLE_SIZE))
+    if caption := _caption(entry, source, runs if kind in ("layers", "bars") else ()):
+        _fit(fig, fig.supxlabel(caption, fontsize=CAPTION_SIZE))
     return fig
+
+
+def _caption(entry: Entry, source: str | None, lettered: Sequence[str]) -> str:
+    """Which run each letter of the legends is (the runs ``lettered``, where the legends name runs by letter), then
+    what the answer's title line ``source`` says beyond the entry and its paper: the runs that answered (all of it
+    where it does not begin with them)."""
+    named = f"{entry.name} ({entry.paper})"
+    said = source.removeprefix(named).removeprefix(";").strip() if source else ""
+    letters = "; ".join(f"{letter(i)}: {run}" for i, run in enumerate(lettered))
+    return "\n".join(line for line in (letters, said) if line)
 
 
 # each kind of figure a header's 'plot:' names (atlas.catalogue.PLOT_KINDS) -> how it is drawn, of the entry, its
@@ -461,17 +486,17 @@ def _panels(kind: str, entry: Entry, df: pl.DataFrame, heads: pl.DataFrame, colu
     return fig
 
 
-def _title(fig: Figure, text: str) -> None:
-    """The figure's title, in as few lines as fit its width (a run id is never cut)."""
+def _fit(fig: Figure, shown: Text) -> None:
+    """A title or caption of the figure in as few lines as fit its width (a run id is never cut)."""
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     renderer = fig.canvas.get_renderer()
-    title = fig.suptitle(text, fontsize=TITLE_SIZE)
+    text = shown.get_text()
     room = 0.97 * fig.bbox.width
-    width = len(text)
-    while (wide := title.get_window_extent(renderer).width) > room and width > 20:
+    width = max(len(line) for line in text.splitlines())
+    while (wide := shown.get_window_extent(renderer).width) > room and width > 20:
         width = max(20, min(width - 1, int(width * room / wide)))
-        title.set_text(_wrap(text, width))
+        shown.set_text(_wrap(text, width))
 
 
 def save(fig: Figure, out: Path, dpi: int = 150) -> None:

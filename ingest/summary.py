@@ -1,6 +1,7 @@
 """What an ingest says of its run beside its counts, read back from the store once the run is published: the
 pieces stored, those of its words that are the tokenizer's unknown token, and what the corpus's reader says
-(``Reader.summary``: a text run's cut pairs, FrameNet's dropped sentences, CoNLL-U texts not as written)."""
+(``Reader.summary``: a text run's cut pairs, the pairs and the unpaired paragraphs it left out, FrameNet's dropped
+sentences, CoNLL-U texts not as written)."""
 
 from __future__ import annotations
 

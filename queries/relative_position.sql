@@ -8,13 +8,17 @@
 --   each input weighing the same whatever its length. Heads whose average exceeds the threshold for
 --   one of them are named in 'specialised' (the notebook's cell 18 uses 0.5 for previous and next).
 --   Exact: from the dense rows at ingest (attn_rows.to_prev / to_next / to_self).
---   In a decoder no token attends to a later one (causal attention): next is 0 for every head, and the
---   first row's self is 1.
+--   In a decoder no token attends to a later one (causal attention): next is 0 for every head (with a note
+--   saying so), and the first row's self is 1.
 -- parameters:
 --   run [run]: run id (default: the latest run)
 --   threshold: mean attention above which a head is called specialised (default: 0.5)
 -- needs: SELECT ($threshold BETWEEN 0 AND 1)::INTEGER
 --   else: $threshold: expected a share from 0 to 1
+-- notes: SELECT (NOT EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run)
+--     OR EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run AND to_next > 0))::INTEGER
+--   else: next is 0 in every head, a structural zero: no token of run {run} attends to a later one, as in a
+--   decoder (causal attention: a token sees only itself and the tokens before it)
 -- plot: heatmap prev next self
 -- figure: a layer x head heat map of each of `prev`, `next`, `self`
 -- labels:

@@ -11,11 +11,24 @@
 --   the attention to the input's special tokens of role cls or bos (BERT's [CLS], RoBERTa's <s>, Llama's <s>
 --   / <|begin_of_text|>), sep to those of role sep or eos (RoBERTa's </s>); '.' and ',' are the pieces whose
 --   corpus text is a period or a comma (a byte-level BPE's space-marked comma included). A model whose
---   inputs have no such token gets 0 in that column and the mass in 'other': GPT-2 (no special token) 0 in
---   cls and sep, a Llama-style decoder (a BOS, no separator) 0 in sep. In a decoder each row attends only to
+--   inputs have no such token gets 0 in that column and the mass in 'other', with a note naming the column:
+--   GPT-2 (no special token) 0 in cls and sep, a Llama-style decoder (a BOS, no separator) 0 in sep, and a
+--   corpus without '.' or ',' (repeated random tokens) 0 in dot_comma. In a decoder each row attends only to
 --   itself and earlier tokens (causal), so a BOS at position 0 is visible to every row.
 -- parameters:
 --   run [run]: run id (default: the latest run)
+-- notes: SELECT (NOT EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run)
+--     OR EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run AND to_cls > 0))::INTEGER
+--   else: cls is 0 in every head, a structural zero: run {run}'s inputs hold no special token of role cls or
+--   bos (its tokenizer adds none, e.g. GPT-2's)
+-- notes: SELECT (NOT EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run)
+--     OR EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run AND to_sep > 0))::INTEGER
+--   else: sep is 0 in every head, a structural zero: run {run}'s inputs hold no special token of role sep or
+--   eos (its tokenizer adds none, e.g. a decoder's)
+-- notes: SELECT (NOT EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run)
+--     OR EXISTS (SELECT 1 FROM attn_rows WHERE run_id = $run AND to_dot_comma > 0))::INTEGER
+--   else: dot_comma is 0 in every head, a structural zero: run {run}'s inputs hold no piece '.' or ',' (e.g.
+--   repeated random tokens)
 -- plot: layers cls sep dot_comma
 -- figure: per column (`cls`, `sep`, `dot_comma`), every head as a point over its layer and the layer mean as a line
 -- axis: avg. attention

@@ -315,7 +315,8 @@ def test_plot_is_the_figure_the_cli_saves(sample, st, tmp_path):
     store, _, _ = sample
     figure = st.plot("special tokens")
     answer = st.answer("special tokens")
-    assert figure._suptitle.get_text().replace("\n", " ") == answer.title
+    assert figure.get_suptitle() == "special tokens (Clark et al. 2019)"
+    assert answer.title.endswith("; " + figure.get_supxlabel().replace("\n", " "))  # the runs, at its foot
     save(figure, tmp_path / "api.png")
     result = run_cli("plot", "special tokens", "--out", str(tmp_path / "cli.png"), "--store", str(store))
     assert result.exit_code == 0, result.output

@@ -3,9 +3,12 @@ in the DuckDB CLI; SQL is read-only; export; the catalogue resolves phrases."""
 
 from __future__ import annotations
 
+import csv
 import gzip
 import hashlib
+import io
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from atlas import api
-from atlas.cli import cli
+from atlas.catalogue import entries
+from atlas.cli import _packed, cli
 from atlas.errors import AtlasError
 from atlas.output import output_format
 from atlas.store import Store
@@ -261,6 +265,39 @@ def test_queries_lists_the_catalogue():
     assert result.exit_code == 0 and "best head per dependency relation" in result.output
 
 
+def test_queries_names_are_compact_and_fit_the_terminal():
+    names = [e.name for e in entries()]
+    result = atlas("queries", "--names")  # not a terminal: one a line
+    assert result.exit_code == 0 and result.output.splitlines() == names
+    assert atlas("queries", "--names", "--format", "csv").output.splitlines() == ["name", *names]
+    longest = max(map(len, names))
+    for width in (200, 120, 80, 10):
+        lines = _packed(names, width).splitlines()
+        assert all(len(line) <= max(width, longest) for line in lines), width
+        assert sorted(name for line in lines for name in re.split(r"\s{2,}", line)) == sorted(names)
+    lines = _packed(names, 120).splitlines()
+    assert len(lines) <= len(names) / 3 and [line.split("  ")[0] for line in lines] == names[: len(lines)]
+
+
+def test_queries_say_what_answers_on_a_store(store_dir, tmp_path, monkeypatch):
+    run_id = Store(store_dir).run_ids()[0]
+    result = atlas("queries", "--store", str(store_dir), "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.startswith(f"on run {run_id}, the store's latest")
+    rows = {row[0]: row[1:] for row in csv.reader(io.StringIO(result.stdout))}
+    assert rows.pop("name") == ["answers", "first"] and set(rows) == {e.name for e in entries()}
+    assert rows["special tokens"] == ["true", ""] and rows["entropy"] == ["true", ""]
+    said = f"'head distances' of run {run_id} are not computed yet: run 'atlas distances --run {run_id}' first"
+    assert rows["head distances"] == ["false", said]  # as 'atlas query' refuses it
+    assert rows["fine-tuning change"] == ["false", "--param base: required by 'fine-tuning change'"]
+    monkeypatch.setenv("ATLAS_STORE", str(store_dir))  # the store every command takes
+    assert atlas("queries", "--format", "csv").stdout == result.stdout
+    monkeypatch.setenv("ATLAS_STORE", str(tmp_path / "none"))
+    refused = atlas("queries")
+    assert refused.exit_code == 1 and refused.output.count("\n") == 1
+    assert refused.output.startswith(f"Error: ATLAS_STORE '{tmp_path / 'none'}': no store here")
+
+
 def test_plot_writes_a_png_for_each_figure_kind(store_dir, tmp_path):
     for phrase in ("relative position", "special tokens"):  # heat map, per-layer scatter
         out = tmp_path / "f.png"
@@ -374,6 +411,20 @@ def test_the_title_names_the_run_model_and_corpus(store_dir, tmp_path):
     assert run_id.encode() in (tmp_path / "f.svg").read_bytes() or b"tiny.conllu" in (tmp_path / "f.svg").read_bytes()
     result = atlas("plot", "special tokens", "--store", str(store_dir), "--out", str(tmp_path / "f.gif"))
     assert result.exit_code == 1 and ".png, .pdf, .svg" in result.output
+
+
+def test_a_figure_is_titled_by_its_entry_and_paper_or_by_title(store_dir, tmp_path):
+    run_id = Store(store_dir).run_ids()[0]
+    texts = {}
+    for given in ((), ("--title", "Figure 2 & ours")):
+        out = tmp_path / f"f{len(given)}.svg"
+        result = atlas("plot", "special tokens", "--store", str(store_dir), "--out", str(out), *given)
+        assert result.exit_code == 0, result.output
+        texts[given] = out.read_text()  # each text of the figure in a comment beside its glyphs
+    assert "<!-- special tokens (Clark et al. 2019) -->" in texts[()]  # one line: the entry and its paper
+    assert "Figure 2 &amp; ours" in texts[("--title", "Figure 2 & ours")]
+    assert "special tokens (Clark" not in texts[("--title", "Figure 2 & ours")]
+    assert all(run_id in text for text in texts.values())  # in the caption at the foot
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
     "CLI": ["atlas.cli", "atlas.cli_*", "atlas.output"],
     "API": ["atlas", "atlas.api", "atlas.api_tasks"],
-    "engines": ["atlas.engine", "atlas.spark", "atlas.spark.*"],
+    "engines": ["atlas.engine", "atlas.ready", "atlas.spark", "atlas.spark.*"],
     "analyses": [
         "atlas.report",
         "atlas.report.*",

@@ -1,8 +1,9 @@
 """Figures stay readable: many panels wrap into rows, an entry about some layers draws only those, colour
 bars say what they show, the entropy figure has the uniform baseline; PNG, PDF or SVG by the suffix. Figures
-comparing runs: bars side by side with their differences, MDS maps side by side; other kinds refused. Every
-entry's figure keeps its texts inside it and names its columns in words, not as snake_case names; the headline
-entry draws each relation's best head beside its best fixed offset."""
+comparing runs: bars side by side with their differences, MDS maps side by side, reference lines under the data;
+other kinds refused. Every entry's figure keeps its texts inside it and names its columns in words, not as
+snake_case names; its title is the entry and its paper (or the caller's), the runs a small caption at its foot; the
+headline entry draws each relation's best head beside its best fixed offset."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def test_compared_bars_stand_side_by_side_with_their_differences():
     assert [line.get_ydata()[0] for line in top.get_lines()] == [0.8, 0.75]  # each run's baseline
     assert [p.get_height() for p in bottom.patches] == pytest.approx([-0.1, 0.2, 0.05])
     assert [t.get_text() for t in top.get_legend().get_texts()] == ["A", "B"]
-    assert fig.get_supxlabel() == "A: a; B: b"
+    assert fig.get_supxlabel() == "A: a; B: b\ndemo"  # the caption: which run each letter is, then the source
 
 
 def test_compared_mds_maps_stand_side_by_side_without_a_difference():
@@ -183,16 +184,46 @@ def test_every_figure_fits_and_speaks_words(name):
     assert _drawn_outside(fig) == [], name
     raw = {c for c in df.columns if "_" in c}
     assert not raw & set(_words(fig)), (name, raw & set(_words(fig)))
-    assert source.split(";")[0].split(" (")[0] in fig.get_suptitle().replace("\n", " ")
+    assert fig.get_suptitle() == f"{entry.name} ({entry.cited})" and RUN in fig.get_supxlabel()  # never cut
 
 
-def test_pattern_shares_title_is_whole():
+def test_pattern_shares_caption_is_whole():
     entry = resolve("pattern shares")
     source = f"{entry.name} ({entry.paper}); every run in the store"
     fig = figure(entry, _answer(entry), source)
-    assert fig.get_suptitle().replace("\n", " ") == source and _drawn_outside(fig) == []
+    assert fig.get_suptitle() == "pattern shares (Kovaleva et al. 2019)" and _drawn_outside(fig) == []
+    assert fig.get_supxlabel() == "every run in the store"
     legend = fig.axes[0].get_legend()
     assert "vertical + diagonal" in [t.get_text() for t in legend.get_texts()]
+
+
+def test_the_title_is_the_entry_and_its_paper_the_runs_a_small_caption():
+    entry = resolve("induction heads")
+    ran = f"run {RUN} (model sentence-transformers/all-MiniLM-L6-v2, corpus c.conllu)"
+    fig = figure(entry, _answer(entry), f"{entry.name} ({entry.paper}); {ran}")
+    assert fig.get_suptitle() == "induction heads (Olsson et al. 2022)"  # one line, not six
+    caption = next(t for t in fig.texts if t.get_text() == fig.get_supxlabel())
+    assert caption.get_text().replace("\n", " ") == ran and caption.get_fontsize() < fig._suptitle.get_fontsize()
+    assert _drawn_outside(fig) == []
+    fig = figure(entry, _answer(entry), f"{entry.name} ({entry.paper}); {ran}", title="Heads of a tiny decoder")
+    assert fig.get_suptitle() == "Heads of a tiny decoder" and fig.get_supxlabel().replace("\n", " ") == ran
+    assert figure(entry, _answer(entry), title="").get_suptitle() == ""  # none
+    assert figure(entry, _answer(entry)).get_supxlabel() == ""  # no source, no caption
+
+
+def test_reference_lines_lie_under_the_data_of_a_comparison():
+    entry = resolve("entropy")
+    frames = {run: _answer(entry).with_columns(uniform_entropy=pl.lit(base)) for run, base in (("a", 3.2), ("b", 3.0))}
+    fig = figure(entry, compare(entry, frames), "t", runs=["a", "b"])
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert len(panels) == 4  # per column, the runs overlaid and their difference below
+    for ax in panels:
+        references = [line for line in ax.get_lines() if "layer mean" not in line.get_label()]
+        data = [*(line for line in ax.get_lines() if "layer mean" in line.get_label()), *ax.collections]
+        assert references and data, ax.get_title()
+        assert min(d.get_zorder() for d in data) > max(r.get_zorder() for r in references), ax.get_title()
+    drawn = sorted(panels[0].get_children(), key=lambda artist: artist.get_zorder())  # the order matplotlib draws
+    assert drawn.index(panels[0].get_lines()[-1]) < drawn.index(panels[0].get_lines()[1])  # B's uniform under B's mean
 
 
 def test_the_headline_entry_draws_each_relation_beside_its_baseline(tmp_path):

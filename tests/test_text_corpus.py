@@ -18,8 +18,9 @@ from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.ingestion.corpus import check_corpus
 from atlas.ingestion.pipeline import Settings, ingest
+from atlas.ingestion.readers.base import CorpusOptions
 from atlas.ingestion.readers.glue import _nlp
-from atlas.ingestion.readers.text import read_articles, read_pairs, read_text, truncate_pair
+from atlas.ingestion.readers.text import Text, read_articles, read_pairs, read_text, truncate_pair
 from atlas.store import Store
 from tests.conftest import ROOT
 from tests.reference import RefSentence, dense_inputs, surface
@@ -242,3 +243,19 @@ def test_cli_ingest_of_the_sample_and_a_section_3_entry(tmp_path, model):
         for column in columns:
             got = heads[column].to_numpy().reshape(ref[column].shape)
             np.testing.assert_allclose(got, ref[column], rtol=1e-5, atol=1e-6, err_msg=f"{phrase}: {column}")
+
+
+def test_paragraphs_without_a_partner_are_counted_apart_from_the_pairs_left_out(tmp_path):
+    """An article's odd last paragraph makes no input: the ingest says how many, beside the pairs left out for their
+    length; the inputs are the same as before."""
+    checked = Text().check(Text().info(write(tmp_path, WIKITEXT), CorpusOptions()))
+    said = Text().summary(checked, "written", 2, lambda condition: 0)
+    assert said == {"n_cut": 0, "n_left_out": 0, "n_unpaired": 3}  # lines 12, 16 and 21
+    five = write(tmp_path, "\n\n".join(f"Paragraph number {i} is here." for i in range(1, 6)) + "\n", "five.txt")
+    store = str(tmp_path / "store")
+    result = CliRunner().invoke(cli, ["ingest", "--format", "text", "--corpus", str(five), "--store", store, "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert ": 2 inputs, 0 skipped" in result.output
+    assert "0 left out (a paragraph would lose every word); 1 paragraph left out without a partner" in result.output
+    paired = Store(Path(store)).connect().execute("SELECT list(sent_ids ORDER BY example_id) FROM examples")
+    assert paired.fetchone() == ([["1", "3"], ["5", "7"]],)  # paragraphs 1-4 by their lines; 5 (line 9) in none

@@ -14,7 +14,8 @@ An empty file, a line that is not UTF-8 or holds a NUL byte, and a file without 
 one-line errors naming file:line.
 
 Inputs: the paragraphs of an article two by two, without overlap: (1, 2), (3, 4), ...; an article's odd
-last paragraph is left out, section headings do not interrupt the pairing. (Pairs of paragraphs are the
+last paragraph is left out (the ingest's summary counts those paragraphs without a partner apart from the pairs
+left out for their length), section headings do not interrupt the pairing. (Pairs of paragraphs are the
 paper's text. The released code reads one sentence per line, fills a run of lines up to 125 pieces and
 splits it at a random line into A and B; on one paragraph per line its ``break`` ends an article where a
 paragraph of 125 pieces or more starts a run: 57 inputs from the whole WikiText-2 test split.) A pair longer than
@@ -330,4 +331,5 @@ class Text(FileReader):
         self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
     ) -> dict[str, object]:
         cut = count_examples("len(list_filter(sent_ids, s -> contains(s, ':'))) > 0")  # LINE:FIRST-LAST/N: cut
-        return {"n_cut": cut, "n_left_out": info.n_sentences // 2 - n_examples}
+        unpaired = sum(len(paragraphs) % 2 for _, paragraphs in read_articles(info.path))
+        return {"n_cut": cut, "n_left_out": info.n_sentences // 2 - n_examples, "n_unpaired": unpaired}
