@@ -347,12 +347,12 @@ def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
     type=click.Path(file_okay=False),
     default=None,
     help="A store: each entry's name, whether it answers on the store's latest run, and if not, what to run first "
-    "(default: $ATLAS_STORE where it is set; else the catalogue alone).",
+    "(without it, the catalogue alone).",
 )
 @format_option
 def queries(names: bool, store_path: str | None, fmt: str | None) -> None:
     """List the analysis catalogue; with a store, which entries answer on it now."""
-    if store_path is not None or os.environ.get("ATLAS_STORE"):
+    if store_path is not None:
         with api.open(store_path) as st:
             click.echo(f"on run {st.latest_run()}, the store's latest (an entry taking no run: on the store)", err=True)
             emit(st.ready(lambda refusal: refusal.cli_text(FLAGS)), fmt, None)

@@ -22,6 +22,8 @@
 --   else: sep is empty
 -- notes: no bos row
 --   else: cls is 1 and every other kind 0
+-- needs: SELECT count(*) FROM runs WHERE run_id = $run AND kept_mass IS NULL
+--   else: run {run} is sparse: cls attention by feature reads single weights of the [CLS] row; ingest with --dense
 -- plot: heatmap pronoun noun verb object subject negation cls sep punctuation
 -- figure: a layer x head heat map of each of `pronoun`, `noun`, `verb`, `object`, `subject`, `negation`, `cls`, `sep`,
 --   `punctuation`

@@ -16,6 +16,8 @@
 --   pairs: all (the paper's text) or zip (the released code) (default: all)
 -- needs: SELECT count(*) FROM frames WHERE run_id = $run
 --   else: run {run} has no FrameNet frames: ingest FrameNet exemplars with --format framenet
+-- needs: SELECT count(*) FROM runs WHERE run_id = $run AND kept_mass IS NULL
+--   else: run {run} is sparse: frame heads reads single attention weights (target/element pairs); ingest with --dense
 -- plot: heatmap score
 -- figure: a layer x head heat map of each of `score`
 -- labels:

@@ -14,6 +14,8 @@
 -- parameters:
 --   run [run]: run id (default: the latest run)
 -- needs: dependency relations
+-- needs: SELECT count(*) FROM runs WHERE run_id = $run AND kept_mass IS NULL
+--   else: run {run} is sparse: token to token reads single attention weights; ingest with --dense
 -- plot: heatmap subject_to_verb verb_to_subject noun_to_pronoun pronoun_to_noun
 -- figure: a layer x head heat map of each of `subject_to_verb`, `verb_to_subject`, `noun_to_pronoun`, `pronoun_to_noun`
 -- labels:

@@ -95,7 +95,7 @@ def test_needs_are_checked_by_the_entry_or_its_name(empty_store):
 def test_shared_needs_are_named_by_the_headers():
     entry = resolve("cls attention by feature")
     assert entry.needs[0] == ROLES_STORED
-    assert [n.fatal for n in entry.needs] == [True, False, False, False]
+    assert [n.fatal for n in entry.needs] == [True, False, False, False, True]  # the last: a dense run
     assert entry.needs[3].sql == SHARED["no bos row"].sql
     assert entry.needs[3].message.endswith("not what the head does: cls is 1 and every other kind 0")
     assert entry.needs[1].sql == SHARED["cls or bos token"].sql
@@ -104,7 +104,8 @@ def test_shared_needs_are_named_by_the_headers():
     roles, parsed = resolve("feature attention").needs
     assert roles == ROLES_STORED and parsed.sql == SHARED["dependency relations"].sql and not parsed.fatal
     assert parsed.message.endswith("which spaCy parses): noun, verb, pronoun, subject and object score 0")
-    assert resolve("token to token").needs == (SHARED["dependency relations"],)
+    parse, dense = resolve("token to token").needs
+    assert parse == SHARED["dependency relations"] and "kept_mass IS NULL" in dense.sql and dense.fatal
 
 
 HEADER = (

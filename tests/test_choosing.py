@@ -143,8 +143,10 @@ def test_an_entry_refuses_in_one_line_without_the_engine_or_the_file(sparse):
         assert text.startswith(f"run '{run}' is sparse (kept_mass 0.9): {phrase} ") and text.endswith("--dense")
         assert str(raised.value).endswith("ingest with dense=True")  # the API's words
         assert "Error" not in text and ".sql" not in text and "\n" not in text
-        result = run_cli("query", phrase, "--store", str(store))
-        assert result.exit_code == 1 and result.output.strip().splitlines()[-1] == f"Error: {text}"
+        result = run_cli("query", phrase, "--store", str(store))  # refused by the header's need before the SQL runs
+        said = result.output.strip().splitlines()
+        assert result.exit_code == 1 and len(said) == 1 and said[0].endswith("ingest with --dense")
+        assert said[0].startswith(f"Error: run {run} is sparse: {phrase} reads single")
 
 
 def test_a_bad_parameter_value_is_named_as_each_surface_names_it(sparse):

@@ -290,12 +290,14 @@ def test_queries_say_what_answers_on_a_store(store_dir, tmp_path, monkeypatch):
     said = f"'head distances' of run {run_id} are not computed yet: run 'atlas distances --run {run_id}' first"
     assert rows["head distances"] == ["false", said]  # as 'atlas query' refuses it
     assert rows["fine-tuning change"] == ["false", "--param base: required by 'fine-tuning change'"]
-    monkeypatch.setenv("ATLAS_STORE", str(store_dir))  # the store every command takes
-    assert atlas("queries", "--format", "csv").stdout == result.stdout
-    monkeypatch.setenv("ATLAS_STORE", str(tmp_path / "none"))
-    refused = atlas("queries")
+    sparse = f"run {run_id} is sparse: token to token reads single attention weights; ingest with --dense"
+    assert rows["token to token"] == ["false", sparse]  # refused by its header's need, before its SQL runs
+    monkeypatch.setenv("ATLAS_STORE", str(tmp_path / "none"))  # the catalogue needs no store to list it
+    listed = atlas("queries", "--names")
+    assert listed.exit_code == 0 and listed.output.splitlines() == [e.name for e in entries()]
+    refused = atlas("queries", "--store", str(tmp_path / "none"))
     assert refused.exit_code == 1 and refused.output.count("\n") == 1
-    assert refused.output.startswith(f"Error: ATLAS_STORE '{tmp_path / 'none'}': no store here")
+    assert refused.output.startswith(f"Error: --store '{tmp_path / 'none'}': no store here")
 
 
 def test_plot_writes_a_png_for_each_figure_kind(store_dir, tmp_path):
