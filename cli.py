@@ -12,7 +12,7 @@ import click
 import duckdb
 
 from atlas import api
-from atlas.cli_look import look
+from atlas.cli_look import look_command
 from atlas.cli_options import (
     FilePath,
     bad_value,
@@ -25,6 +25,7 @@ from atlas.cli_options import (
     single_value,
     store_option,
 )
+from atlas.cli_serve import serve
 from atlas.cli_tasks import TASK_COMMANDS
 from atlas.errors import AtlasError, arg, note_cli_text
 from atlas.output import check_output, emit, terminal_width
@@ -730,7 +731,7 @@ def report(
     )
 
 
-for _command in (*TASK_COMMANDS, look):
+for _command in (*TASK_COMMANDS, look_command, serve):
     cli.add_command(_command)
 
 

@@ -8,12 +8,10 @@ import click
 
 from atlas.api import DEVICES, DTYPES
 from atlas.cli_options import FilePath, quiet_option
-from atlas.errors import AtlasError, arg
-from atlas.files import check_writable, replacing
-from atlas.look import look as look_at
+from atlas.look import check_page, look
 
 
-@click.command()
+@click.command(name="look")
 @click.argument("text")
 @click.option("--model", default=None, help="HF model id or local path (default: embedded all-MiniLM-L6-v2).")
 @click.option("--random-init", is_flag=True, help="Same config with fresh random weights (random baseline).")
@@ -34,7 +32,7 @@ from atlas.look import look as look_at
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True, help="As atlas ingest's.")
 @click.option("--dtype", type=click.Choice(DTYPES), default="auto", show_default=True, help="As atlas ingest's.")
 @quiet_option
-def look(
+def look_command(
     text: str,
     model: str | None,
     random_init: bool,
@@ -51,20 +49,12 @@ def look(
     """Run the model once over TEXT and write its heads as an HTML page: every layer and head as thumbnails, each
     leading to its head view (lines from each token to those it attends to; hover a token for its word, POS,
     relation and special role), or only --layer and --head. The page loads nothing from the network."""
-    if (layer is None) != (head is None):
-        given = arg("layer") if head is None else arg("head")
-        raise AtlasError(f"{given}: give {arg('layer')} and {arg('head')} together")
-    given = arg("out", repr(str(out)))
-    if out.suffix.lower() not in (".html", ".htm"):
-        raise AtlasError(f"{given}: the page is an HTML file; name it .html")
-    check_writable(out, given)
-    with look_at(
+    check_page(out, layer, head)  # before the model loads
+    with look(
         text, model, dense=not sparse, max_length=max_length, random_init=random_init,
         seed=seed if random_init else None, device=device, dtype=dtype, progress=not quiet,
     ) as seen:  # fmt: skip
-        page = seen.html(layer, head)
+        size = seen.write(out, layer, head)
         shape = seen.heads().weights.shape
-    with replacing(out, given) as tmp:
-        tmp.write_text(page, encoding="utf-8")
     shown = f"layer {layer}, head {head}" if layer is not None else f"{shape[0]} layers x {shape[1]} heads"
-    click.echo(f"wrote {out} ({len(page) / 1e6:.1f} MB): {shown} over {shape[2]} tokens", err=True)
+    click.echo(f"wrote {out} ({size / 1e6:.1f} MB): {shown} over {shape[2]} tokens", err=True)

@@ -18,7 +18,10 @@ from pathlib import Path
 import polars as pl
 
 from atlas import checks
+from atlas.api import ingest
+from atlas.api import open as open_store
 from atlas.errors import AtlasError, arg
+from atlas.files import check_writable, replacing
 from atlas.views import AttentionMap, Heads, document, head_view, model_view
 
 
@@ -28,11 +31,9 @@ class Look:
     ``query``, ``sql``: ``atlas``). Shown in a notebook as its model view."""
 
     def __init__(self, folder: tempfile.TemporaryDirectory[str], run_id: str) -> None:
-        import atlas
-
         self._folder = folder
         self.run_id = run_id
-        self.atlas = atlas.open(Path(folder.name) / "store")
+        self.atlas = open_store(Path(folder.name) / "store")
 
     def __enter__(self) -> Look:
         return self
@@ -87,6 +88,14 @@ class Look:
     def _repr_html_(self) -> str:
         return model_view(self.heads())
 
+    def write(self, out: str | os.PathLike[str], layer: int | None = None, head: int | None = None) -> int:
+        """Write ``html(layer, head)`` to ``out`` (an .html file, atomically); returns its size in bytes."""
+        path = check_page(out, layer, head)
+        page = self.html(layer, head)
+        with replacing(path, arg("out", repr(str(path)))) as tmp:
+            tmp.write_text(page, encoding="utf-8")
+        return len(page.encode("utf-8"))
+
     def html(self, layer: int | None = None, head: int | None = None) -> str:
         """A standalone page: the model view, each thumbnail linking to its head view below (or only the head
         view of ``layer`` and ``head``)."""
@@ -100,6 +109,21 @@ class Look:
             for hd in every.heads
         )
         return document("attention heads", model_view(linked) + views)
+
+
+def check_page(out: str | os.PathLike[str], layer: int | None = None, head: int | None = None) -> Path:
+    """``out`` as ``Look.write`` writes it, refused before any work where it cannot be: not an .html file, not
+    writable, or only one of ``layer`` and ``head`` given."""
+    if (layer is None) != (head is None):
+        given = arg("layer") if head is None else arg("head")
+        raise AtlasError(f"{given}: give {arg('layer')} and {arg('head')} together")
+    checks.named("out", out)
+    path = Path(out)
+    given = arg("out", repr(str(path)))
+    if path.suffix.lower() not in (".html", ".htm"):
+        raise AtlasError(f"{given}: the page is an HTML file; name it .html")
+    check_writable(path, given)
+    return path
 
 
 @checks.typed
@@ -123,8 +147,6 @@ def look(
     spaces) and return its heads and every row statistic the ingest computes (see ``Look``). The settings are the
     ingest's (``atlas.ingest``), dense by default (``dense=False``: kept edges only, as a default ingest keeps
     them; ``kept_mass`` and ``max_edges`` imply it)."""
-    from atlas.api import ingest
-
     one = " ".join(text.split())
     if not one:
         raise AtlasError(f"{arg('text', repr(text))}: empty; give the text to look at")

@@ -25,19 +25,20 @@ def read_maps(con: duckdb.DuckDBPyConnection, run_id: str, example_ids: list[int
     none), by example id."""
     n_layers, n_heads = con.execute("SELECT n_layers, n_heads FROM runs WHERE run_id = ?", [run_id]).fetchone()
     ids = [int(i) for i in example_ids]
+    span = (min(ids, default=0), max(ids, default=-1))  # a range the scan skips row groups by (a list it does not)
     tokens: dict[int, list[str]] = {}
     rows = con.execute(
-        "SELECT example_id, piece FROM tokens WHERE run_id = ? AND list_contains(?, example_id) "
-        "ORDER BY example_id, tok_idx",
-        [run_id, ids],
+        "SELECT example_id, piece FROM tokens WHERE run_id = ? AND example_id BETWEEN ? AND ? "
+        "AND list_contains(?, example_id) ORDER BY example_id, tok_idx",
+        [run_id, *span, ids],
     ).fetchall()
     for example_id, piece in rows:
         tokens.setdefault(example_id, []).append(piece)
     maps = {i: np.zeros((n_layers, n_heads, len(t), len(t)), dtype=np.float32) for i, t in tokens.items()}
     edges = con.execute(
         "SELECT example_id, layer, head, src_tok, dst_tok, weight FROM attn_edges "
-        "WHERE run_id = ? AND list_contains(?, example_id)",
-        [run_id, ids],
+        "WHERE run_id = ? AND example_id BETWEEN ? AND ? AND list_contains(?, example_id)",
+        [run_id, *span, ids],
     ).fetchnumpy()
     for example_id, weights in maps.items():
         mine = edges["example_id"] == example_id
