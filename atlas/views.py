@@ -6,6 +6,11 @@ lines alone, and every token says its word, POS, relation and special role on ho
 thumbnail of lines per layer and head. Both are plain SVG with CSS, no script and nothing loaded from elsewhere:
 they show the same in Jupyter, in a notebook rendered as a static page, in ``atlas look``'s HTML file and in
 ``atlas serve``'s pages. A line under 1/255 (a head view) or 1/50 (a thumbnail) is left out: nobody sees it.
+
+Not bertviz's or CircuitsVis's views, which take the same weights and tokens: bertviz 1.4's head and model views
+load require.js, d3 and jQuery from cdnjs; CircuitsVis 1.43 probes the network to choose between its bundle
+from a CDN and an inline one, and saves the CDN's; neither draws without a script, as a notebook rendered as a
+static page (or one not yet trusted) shows it.
 """
 
 from __future__ import annotations
