@@ -113,7 +113,10 @@ def test_special_tokens_and_sep_to_sep_by_role(runs, name):
         sep_sep.append(to_sep[..., is_sep].mean(-1) if is_sep.any() else np.full((2, 4), np.nan))
         rest_sep.append(to_sep[..., ~is_sep].mean(-1))
     df, notes = answer(st, "special tokens", run_id)
-    assert not notes
+    held = {r for _, roles, *_ in inputs for r in roles}
+    lacking = [column for column, kinds in (("cls", {"cls", "bos"}), ("sep", {"sep", "eos"})) if not held & kinds]
+    assert [note.split(" ", 1)[0] for note in notes] == lacking  # a structural zero is said, nothing else
+    assert all("a structural zero" in note for note in notes)
     np.testing.assert_allclose(heads(df, "cls"), np.mean(cls, axis=0), atol=1e-6)
     np.testing.assert_allclose(heads(df, "sep"), np.mean(sep, axis=0), atol=1e-6)
     df, notes = answer(st, "sep to sep", run_id)
