@@ -354,6 +354,8 @@ def rm(run_ids: tuple[str, ...], store_path: str | None) -> None:
 def queries(names: bool, store_path: str | None, fmt: str | None) -> None:
     """List the analysis catalogue; with a store, which entries answer on it now."""
     if store_path is not None:
+        if names:
+            raise AtlasError(f"{arg('names')}: lists the catalogue alone; with {arg('store')}, leave it out")
         with api.open(store_path) as st:
             click.echo(f"on run {st.latest_run()}, the store's latest (an entry taking no run: on the store)", err=True)
             emit(st.ready(lambda refusal: refusal.cli_text(FLAGS)), fmt, None)

@@ -9,7 +9,7 @@
     st.query("entropy", runs=[pretrained, random_init])  # side by side, with the differences to the first
     st.sql("SELECT layer, head, avg(entropy) FROM attn_rows GROUP BY ALL")
     st.table("attn_edges")                               # polars.LazyFrame over the Parquet files
-    weights, tokens = st.attention(example=12, layer=3, head=9)
+    st.attention(example=12, layer=3, head=9)  # .weights, .tokens; in a notebook, a head view
     st.plot("special tokens")                            # matplotlib Figure
     atlas.ingest("corpus.conllu", store="atlas-store")
 

@@ -8,6 +8,7 @@ import click
 
 from atlas.api import DEVICES, DTYPES
 from atlas.cli_options import FilePath, quiet_option
+from atlas.errors import AtlasError
 from atlas.look import check_page, look
 
 
@@ -50,10 +51,14 @@ def look_command(
     leading to its head view (lines from each token to those it attends to; hover a token for its word, POS,
     relation and special role), or only --layer and --head. The page loads nothing from the network."""
     check_page(out, layer, head)  # before the model loads
-    with look(
-        text, model, dense=not sparse, max_length=max_length, random_init=random_init,
-        seed=seed if random_init else None, device=device, dtype=dtype, progress=not quiet,
-    ) as seen:  # fmt: skip
+    try:
+        seen = look(
+            text, model, dense=not sparse, max_length=max_length, random_init=random_init,
+            seed=seed if random_init else None, device=device, dtype=dtype, progress=not quiet,
+        )  # fmt: skip
+    except AtlasError as exc:  # the text is this command's argument, not ingest's --text
+        raise click.ClickException(exc.cli_text({"text": "TEXT"})) from None
+    with seen:
         size = seen.write(out, layer, head)
         shape = seen.heads().weights.shape
     shown = f"layer {layer}, head {head}" if layer is not None else f"{shape[0]} layers x {shape[1]} heads"

@@ -43,8 +43,10 @@ class Look:
 
     def close(self) -> None:
         """Delete the look's store."""
-        self.atlas.close()
-        self._folder.cleanup()
+        try:
+            self.atlas.close()
+        finally:
+            self._folder.cleanup()
 
     def __repr__(self) -> str:
         return f"Look(run_id={self.run_id!r}, tokens={self.tokens['piece'].to_list()!r})"
@@ -58,7 +60,8 @@ class Look:
         return self.atlas.attention(example=0, layer=layer, head=head, run=self.run_id)
 
     def _table(self, name: str, order: str) -> pl.DataFrame:
-        return self.atlas.sql(f"SELECT * EXCLUDE (run_id) FROM {name} WHERE run_id = '{self.run_id}' ORDER BY {order}")
+        sql = f"SELECT * EXCLUDE (run_id) FROM {name} WHERE run_id = ? ORDER BY {order}"  # a table's name, not a value
+        return self.atlas.connection.execute(sql, [self.run_id]).pl()
 
     @property
     def rows(self) -> pl.DataFrame:
@@ -99,6 +102,7 @@ class Look:
     def html(self, layer: int | None = None, head: int | None = None) -> str:
         """A standalone page: the model view, each thumbnail linking to its head view below (or only the head
         view of ``layer`` and ``head``)."""
+        _together(layer, head)
         if layer is not None and head is not None:
             return document(f"layer {layer}, head {head}", head_view(self.attention(layer, head)))
         every = self.heads()
@@ -111,12 +115,17 @@ class Look:
         return document("attention heads", model_view(linked) + views)
 
 
-def check_page(out: str | os.PathLike[str], layer: int | None = None, head: int | None = None) -> Path:
-    """``out`` as ``Look.write`` writes it, refused before any work where it cannot be: not an .html file, not
-    writable, or only one of ``layer`` and ``head`` given."""
+def _together(layer: int | None, head: int | None) -> None:
+    """A head view is of a layer and a head: both given, or neither (every head)."""
     if (layer is None) != (head is None):
         given = arg("layer") if head is None else arg("head")
         raise AtlasError(f"{given}: give {arg('layer')} and {arg('head')} together")
+
+
+def check_page(out: str | os.PathLike[str], layer: int | None = None, head: int | None = None) -> Path:
+    """``out`` as ``Look.write`` writes it, refused before any work where it cannot be: not an .html file, not
+    writable, or only one of ``layer`` and ``head`` given."""
+    _together(layer, head)
     checks.named("out", out)
     path = Path(out)
     given = arg("out", repr(str(path)))

@@ -15,11 +15,13 @@ static page (or one not yet trusted) shows it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html import escape
 
 import numpy as np
+
+from atlas.errors import AtlasError, arg
 
 HEAD_FLOOR = 1 / 255  # weights drawn in a head view
 THUMB_FLOOR = 1 / 50  # weights drawn in a model view's thumbnails
@@ -45,7 +47,7 @@ def colour(head: int, heads: int) -> str:
     return f"hsl({round(360 * head / max(heads, 1))}, 70%, 42%)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class AttentionMap:
     """One input's attention in one head: ``weights[src, dst]``, the attention token ``src`` pays to token
     ``dst``, over the input's word pieces ``tokens`` (special tokens included). Shown in a notebook as a head view.
@@ -62,6 +64,9 @@ class AttentionMap:
     note: str = ""  # what the map leaves out (a sparse run's dropped edges)
     heads: int = 1  # heads in its layer (its colour)
 
+    def __iter__(self) -> Iterator[object]:  # weights, tokens = st.attention(...), as before it drew itself
+        return iter((self.weights, self.tokens))
+
     def _repr_html_(self) -> str:
         return head_view(self)
 
@@ -70,7 +75,7 @@ class AttentionMap:
         return document(f"layer {self.layer}, head {self.head}", head_view(self))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Heads:
     """One input's attention in several heads: ``weights[l, h, src, dst]`` for the layers ``layers`` and heads
     ``heads`` (1-based). Shown in a notebook as a model view; ``head(layer, head)`` is one head's map."""
@@ -87,8 +92,9 @@ class Heads:
 
     def head(self, layer: int, head: int) -> AttentionMap:
         """The map of ``layer`` and ``head`` (1-based), which must be among these."""
-        if layer not in self.layers or head not in self.heads:
-            raise ValueError(f"layer {layer}, head {head} is not among layers {self.layers} and heads {self.heads}")
+        for name, value, among in (("layer", layer, self.layers), ("head", head, self.heads)):
+            if value not in among:
+                raise AtlasError(f"{arg(name, value)}: not among the {name}s read, {', '.join(map(str, among))}")
         at = self.weights[self.layers.index(layer), self.heads.index(head)]
         return AttentionMap(
             at, self.tokens, layer, head, self.labels, self.source, self.note, self.n_heads or max(self.heads)

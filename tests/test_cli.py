@@ -295,6 +295,9 @@ def test_queries_say_what_answers_on_a_store(store_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("ATLAS_STORE", str(tmp_path / "none"))  # the catalogue needs no store to list it
     listed = atlas("queries", "--names")
     assert listed.exit_code == 0 and listed.output.splitlines() == [e.name for e in entries()]
+    both = atlas("queries", "--names", "--store", str(store_dir))
+    assert both.exit_code == 1
+    assert both.output == "Error: --names: lists the catalogue alone; with --store, leave it out\n"
     refused = atlas("queries", "--store", str(tmp_path / "none"))
     assert refused.exit_code == 1 and refused.output.count("\n") == 1
     assert refused.output.startswith(f"Error: --store '{tmp_path / 'none'}': no store here")

@@ -109,11 +109,22 @@ def test_look_is_an_ingest_of_the_text(stores):
     assert not Path(seen.atlas.store.root).exists()  # the look's store is gone once it is closed
 
 
-def test_look_refuses_what_it_cannot_look_at():
+def test_look_refuses_what_it_cannot_look_at(tmp_path, monkeypatch):
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # where a look makes its folder
     with pytest.raises(atlas.AtlasError, match=r"^text='  ': empty"):
         atlas.look("  ")
     with pytest.raises(atlas.AtlasError, match=r"^text: every input is longer than max_length=4 pieces"):
         atlas.look("A sentence of more than four pieces.", max_length=4)
+    assert not list(tmp_path.glob("atlas-look-*"))  # removed where the look failed
+    with atlas.look("Dogs bark.", dense=False) as seen:
+        with pytest.raises(atlas.AtlasError, match=r"^head=13: not among the heads read, 1, 2"):
+            seen.heads(heads=[1, 2]).head(1, 13)
+        with pytest.raises(atlas.AtlasError, match=r"^layer: give layer and head together"):
+            seen.html(layer=2)
+        weights, tokens = seen.attention(1, 1)  # unpacked as before the maps drew themselves
+        assert tokens == ["[CLS]", "dogs", "bark", ".", "[SEP]"] and weights.shape == (5, 5)
+        assert len(seen.edges) < 6 * 12 * 25  # dense=False: the kept edges only
+    assert not list(tmp_path.glob("atlas-look-*"))
 
 
 def test_look_command_writes_the_page(tmp_path):
@@ -133,6 +144,7 @@ def test_look_command_writes_the_page(tmp_path):
         (["--layer", "2"], "Error: --layer: give --layer and --head together"),
         (["--layer", "9", "--head", "1"], "Error: --layer 9: run look__"),
         (["--out", str(tmp_path / "x.png")], "the page is an HTML file"),
+        (["--max-length", "3"], "Error: TEXT: every input is longer than --max-length 3 pieces"),
     ):
         result = CliRunner().invoke(cli, ["look", "Dogs bark.", "--quiet", *args])
         assert result.exit_code == 1 and said in result.output and "Traceback" not in result.output
@@ -154,7 +166,7 @@ def test_a_run_is_named_by_a_start_of_its_id_or_hash(stores, tmp_path):
         assert st.run_id(sparse_id.rpartition("__")[2][:6]) == sparse_id  # a start of the hash
         with pytest.raises(atlas.AtlasError, match=r"run='three': the start of 2 runs \(three__"):
             st.run_id("three")
-        answer = st.answer("special tokens", run=sparse_id[:20] + sparse_id[20:-2])
+        answer = st.answer("special tokens", run=sparse_id[:-2])
         assert sparse_id in answer.title and not any("latest" in n for n in answer.notes)
         latest = st.answer("special tokens")
         assert latest.notes[0] == (

@@ -156,7 +156,7 @@ def test_answer_pages(client, store, monkeypatch):
     assert client.get("/entry/entropy", params={**run, "page": "0"}).status_code == 400
 
 
-def test_sql_box_reads_and_refuses_writes(client, store):
+def test_sql_box_reads_and_refuses_writes(client, store, monkeypatch):
     page = client.get("/sql", params={"q": "SELECT run_id, n_examples FROM runs ORDER BY run_id"})
     assert page.status_code == 200 and store[1] in page.text and "2 rows" in page.text
     for statement, kind in (
@@ -169,7 +169,12 @@ def test_sql_box_reads_and_refuses_writes(client, store):
         assert said(page.text) == f"sql: only read-only SELECT statements are accepted, not {kind}"
     assert client.get("/sql", params={"q": "SELECT nothing FROM runs"}).status_code == 400
     with atlas.open(store[0]) as st:
-        assert len(st.runs()) == 2
+        assert len(st.runs()) == 2 and st.sql("SELECT count(*) AS n FROM runs")["n"].item() == 2  # nothing dropped
+    monkeypatch.setattr("atlas.serve.sql.SQL_SECONDS", 0.2)  # a statement past the limit is stopped, in one line
+    slow = "SELECT count(*) FROM range(100000000000) a"
+    page = client.get("/sql", params={"q": slow})
+    assert page.status_code == 400 and said(page.text).startswith("sql: stopped after 0.2 s, the SQL box's limit")
+    assert client.get("/sql", params={"q": "SELECT 1 AS one"}).status_code == 200  # the connection answers again
 
 
 def test_search_pages_and_head_filter(client, store, monkeypatch):

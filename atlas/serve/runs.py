@@ -17,7 +17,8 @@ def runs_page(request: Request) -> HTMLResponse:
     if runs.is_empty():
         body = where + "<p>The store holds no run yet (run 'atlas ingest' first).</p>"
         return HTMLResponse(page("Runs", body))
-    latest = runs["run_id"][-1]
+    with served.lock:
+        latest = served.st.latest_run()  # as the answers take it (ties by run id)
     pages = [
         (
             esc(run_id) + (" (latest)" if run_id == latest else ""),

@@ -3,6 +3,7 @@ writes is refused in its one line), its first ``SQL_ROWS`` rows shown."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import duckdb
@@ -15,6 +16,7 @@ from atlas.serve.layout import link, page, run_bar, url
 from atlas.serve.state import Served
 
 SQL_ROWS = 200  # rows of a result shown
+SQL_SECONDS = 30  # a statement running longer is stopped: the other pages wait for it
 
 
 def sql_page(request: Request) -> HTMLResponse:
@@ -38,10 +40,18 @@ def sql_page(request: Request) -> HTMLResponse:
         return HTMLResponse(page("SQL", form, shown, bar))
     start = time.perf_counter()
     try:
-        with served.lock:
-            frame = served.st.relation(text).limit(SQL_ROWS + 1).pl()
+        with served.lock:  # every page waits for it: stopped after SQL_SECONDS
+            stop = threading.Timer(SQL_SECONDS, served.st.connection.interrupt)
+            stop.start()
+            try:
+                frame = served.st.relation(text).limit(SQL_ROWS + 1).pl()
+            finally:
+                stop.cancel()
     except AtlasError as exc:
         return HTMLResponse(page("SQL", form + f'<p class="error">{esc(exc.cli_text())}</p>', shown, bar), 400)
+    except duckdb.InterruptException:
+        said = f"sql: stopped after {SQL_SECONDS} s, the SQL box's limit (the DuckDB shell has none)"
+        return HTMLResponse(page("SQL", form + f'<p class="error">{esc(said)}</p>', shown, bar), 400)
     except duckdb.Error as exc:
         said = f"sql: {str(exc).strip().splitlines()[0]}"
         return HTMLResponse(page("SQL", form + f'<p class="error">{esc(said)}</p>', shown, bar), 400)

@@ -331,5 +331,6 @@ class Text(FileReader):
         self, info: CorpusInfo, text: str, n_examples: int, count_examples: Callable[[str], int]
     ) -> dict[str, object]:
         cut = count_examples("len(list_filter(sent_ids, s -> contains(s, ':'))) > 0")  # LINE:FIRST-LAST/N: cut
-        unpaired = sum(len(paragraphs) % 2 for _, paragraphs in read_articles(info.path))
+        # a sample draws pairs: the paragraphs without a partner were never among what it draws from
+        unpaired = None if info.sample is not None else sum(len(p) % 2 for _, p in read_articles(info.path))
         return {"n_cut": cut, "n_left_out": info.n_sentences // 2 - n_examples, "n_unpaired": unpaired}
