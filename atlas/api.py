@@ -354,6 +354,12 @@ class Atlas:
 
     # SQL and tables
 
+    def interrupt(self) -> None:
+        """Stop the statement ``sql`` or ``relation`` is running, from another thread (it raises
+        ``duckdb.InterruptException``); call it only while one runs: DuckDB keeps it for the next."""
+        if self._sandbox is not None:
+            self._sandbox.interrupt()
+
     @checks.typed
     def relation(self, text: str) -> duckdb.DuckDBPyRelation:
         """One read-only SELECT statement over the store's tables, as a DuckDB relation (not yet run)."""

@@ -8,7 +8,9 @@ server's log, never to the page.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
 from importlib import resources
 
 from starlette.applications import Starlette
@@ -66,7 +68,16 @@ def app(store_path: str | os.PathLike[str] | None = None) -> Starlette:
         Route(CSS, _style),
     ]
     handlers = {Refused: _refused, AtlasError: _atlas_error, HTTPException: _http_error, Exception: _server_error}
-    application = Starlette(routes=routes, exception_handlers=handlers)
-    application.state.served = Served(store_path)
+    served = Served(store_path)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:  # the store is closed when the server stops
+        try:
+            yield
+        finally:
+            served.st.close()
+
+    application = Starlette(routes=routes, exception_handlers=handlers, lifespan=lifespan)
+    application.state.served = served
     application.state.root = application.state.served.st.store.root  # the store's folder, as the CLI says it
     return application

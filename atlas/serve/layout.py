@@ -125,7 +125,8 @@ def page(title: str, body: str, shown: Shown | None = None, bar: str = "") -> st
 
 def error_page(status: int, message: str, shown: Shown | None = None) -> str:
     """A page saying the one line a request was refused with."""
-    return page(f"{status}: not shown", f'<p class="error">{esc(message)}</p>', shown)
+    bar = run_bar(shown, "/entries") if shown is not None else ""  # the run the refused page would have shown
+    return page(f"{status}: not shown", f'<p class="error">{esc(message)}</p>', shown, bar)
 
 
 class Refused(Exception):

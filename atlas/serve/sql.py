@@ -41,7 +41,7 @@ def sql_page(request: Request) -> HTMLResponse:
     start = time.perf_counter()
     try:
         with served.lock:  # every page waits for it: stopped after SQL_SECONDS
-            stop = threading.Timer(SQL_SECONDS, served.st.connection.interrupt)
+            stop = threading.Timer(SQL_SECONDS, served.st.interrupt)
             stop.start()
             try:
                 frame = served.st.relation(text).limit(SQL_ROWS + 1).pl()
