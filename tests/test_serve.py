@@ -138,6 +138,8 @@ def test_an_entry_that_cannot_answer_says_why(client):
     assert page.status_code == 422 and "atlas finetune" in said(page.text)
     asked = client.get("/entry/fine-tuning change")  # two runs to give first: the form, no answer yet
     assert asked.status_code == 200 and "give base and tuned to answer" in asked.text
+    assert "the runs it reads are its parameters base, tuned" in asked.text  # not a run it does not read
+    assert "it answers over every run" in page.text  # glue baselines: the store's task models, every run
 
 
 def test_answer_pages(client, store, monkeypatch):

@@ -156,8 +156,10 @@ def _entry_response(
     )
     if shown is not None and "run" in {p.name for p in entry.parameters}:
         bar = run_bar(shown, url(f"/entry/{entry.name}"), given)
-    else:
-        bar = '<div class="runbar"><span class="run">this entry answers over every run in the store</span></div>'
+    else:  # the runs it reads are its own parameters (a base and a tuned run, a task model's), or every run
+        named = [p.name for p in entry.parameters if p.run is not None]
+        said = f"the runs it reads are its parameters {', '.join(named)}" if named else "it answers over every run"
+        bar = f'<div class="runbar"><span class="run">{esc(said)}</span></div>'
     return HTMLResponse(page(entry.name, head + body, shown, bar), status)
 
 
