@@ -19,6 +19,7 @@ from atlas.errors import AtlasError
 from atlas.report.page import esc
 from atlas.serve.layout import (
     Refused,
+    check_head,
     hidden_fields,
     html_table,
     link,
@@ -141,13 +142,7 @@ def example_page(request: Request) -> HTMLResponse:
     query = request.query_params
     layer = whole_number(query.get("layer"), "layer", 1)
     head = whole_number(query.get("head"), "head", 1)
-    if layer > shown.n_layers or head > shown.n_heads:
-        raise Refused(
-            400,
-            f"layer {layer}, head {head}: run {shown.run_id} has layers 1 to {shown.n_layers} and heads 1 to "
-            f"{shown.n_heads}",
-            shown,
-        )
+    check_head(shown, layer, head)
     word = whole_number(query.get("word"), "word", -1, low=0)
     try:
         with served.lock:

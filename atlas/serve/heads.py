@@ -19,7 +19,7 @@ from starlette.responses import HTMLResponse
 from atlas.catalogue import entries
 from atlas.errors import AtlasError
 from atlas.report.page import esc
-from atlas.serve.layout import Refused, html_table, link, page, run_bar, run_param, url
+from atlas.serve.layout import check_head, html_table, link, page, run_bar, run_param, url
 from atlas.serve.search import sentences
 from atlas.serve.state import Served, Shown
 
@@ -42,12 +42,7 @@ def head_page(request: Request) -> HTMLResponse:
     served: Served = request.app.state.served
     layer, head = int(request.path_params["layer"]), int(request.path_params["head"])
     shown = served.shown(request.query_params.get("run") or None)
-    if not (1 <= layer <= shown.n_layers and 1 <= head <= shown.n_heads):
-        raise Refused(
-            404,
-            f"head {layer}-{head}: run {shown.run_id} has layers 1 to {shown.n_layers} and heads 1 to {shown.n_heads}",
-            shown,
-        )
+    check_head(shown, layer, head, 404)
     scores = _scores(served, shown, layer, head)
     with served.cursor() as cur:
         typical = _typical(cur, shown.run_id, layer, head)

@@ -145,3 +145,10 @@ def whole_number(given: str | None, name: str, default: int, low: int = 1) -> in
     if not re.fullmatch(r"[0-9]{1,9}", given.strip()) or int(given) < low:
         raise Refused(400, f"{name} {given!r}: expected a whole number, {low} or more")
     return int(given)
+
+
+def check_head(shown: Shown, layer: int, head: int, status: int = 400) -> None:
+    """Refuse a layer and head the run's model has not (1-based), saying the ones it has."""
+    if not (1 <= layer <= shown.n_layers and 1 <= head <= shown.n_heads):
+        said = f"run {shown.run_id} has layers 1 to {shown.n_layers} and heads 1 to {shown.n_heads}"
+        raise Refused(status, f"layer {layer}, head {head}: {said}", shown)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import duckdb
 
-from atlas.serve.layout import Refused, whole_number
+from atlas.serve.layout import Refused, check_head, whole_number
 from atlas.serve.state import Shown
 
 BY = {
@@ -51,13 +51,8 @@ class Search:
         head = whole_number(query.get("head"), "head", 0)
         if bool(layer) != bool(head):
             raise Refused(400, "layer and head: give both, or neither", shown)
-        if layer > shown.n_layers or head > shown.n_heads:
-            raise Refused(
-                400,
-                f"layer {layer}, head {head}: run {shown.run_id} has layers 1 to {shown.n_layers} and heads 1 to "
-                f"{shown.n_heads}",
-                shown,
-            )
+        if layer:
+            check_head(shown, layer, head)
         by = query.get("by") or "piece"
         if by not in BY:
             raise Refused(400, f"by {by!r}: expected one of {', '.join(BY)}", shown)
