@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -120,3 +121,51 @@ def spark():
     session.sparkContext.setLogLevel("OFF")
     yield session
     session.stop()
+
+
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-dev-shm-usage",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1300,1800",
+)
+
+
+@pytest.fixture
+def browser(tmp_path):
+    """Headless Chromium driven through chromedriver, its console kept (the report's and atlas serve's browser
+    tests); skipped where either or selenium is absent, failed instead where ATLAS_BROWSER_TESTS=required (CI)."""
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    try:
+        from selenium import webdriver
+    except ImportError:
+        webdriver = None
+    missing = [
+        name
+        for name, found in (("chromium", chromium), ("chromedriver", driver_path), ("selenium", webdriver))
+        if not found
+    ]
+    if missing:
+        reason = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
+        if os.environ.get("ATLAS_BROWSER_TESTS") == "required":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import shutil
 import zlib
 from pathlib import Path
 
@@ -150,52 +148,6 @@ def test_no_explorer_when_no_input_is_asked_for(stores, tmp_path, capsys):
 
 
 # --- in a real browser ----------------------------------------------------------------------------------------
-
-CHROMIUM_FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1300,1800",
-)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """Debian's chromium driven through chromedriver; skipped only where they are absent (CI installs them and
-    sets ATLAS_BROWSER_TESTS=required, so there a missing browser fails)."""
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    try:
-        from selenium import webdriver
-    except ImportError:
-        webdriver = None
-    missing = [
-        name
-        for name, found in (("chromium", chromium), ("chromedriver", driver_path), ("selenium", webdriver))
-        if not found
-    ]
-    if missing:
-        reason = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
-        if os.environ.get("ATLAS_BROWSER_TESTS") == "required":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def open_page(driver, path: Path) -> None:

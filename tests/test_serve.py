@@ -8,7 +8,6 @@ from __future__ import annotations
 import html
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -281,52 +280,6 @@ def test_serve_prints_its_address_and_stops_on_ctrl_c(store):
 
 
 # --- in a real browser ----------------------------------------------------------------------------------------
-
-CHROMIUM_FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-dev-shm-usage",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1300,1800",
-)
-
-
-@pytest.fixture
-def browser(tmp_path):
-    """Chromium driven through chromedriver; skipped where either is absent (ATLAS_BROWSER_TESTS=required: failed)."""
-    chromium = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-    driver_path = shutil.which("chromedriver") or (
-        "/usr/bin/chromedriver" if Path("/usr/bin/chromedriver").exists() else None
-    )
-    try:
-        from selenium import webdriver
-    except ImportError:
-        webdriver = None
-    missing = [
-        n for n, found in (("chromium", chromium), ("chromedriver", driver_path), ("selenium", webdriver)) if not found
-    ]
-    if missing:
-        reason = f"the browser test needs {', '.join(missing)} (apt-get install chromium chromium-driver)"
-        if os.environ.get("ATLAS_BROWSER_TESTS") == "required":
-            pytest.fail(reason)
-        pytest.skip(reason)
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for flag in (*CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}"):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=driver_path))
-    driver.set_page_load_timeout(60)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def checked(driver, origin: str) -> None:
