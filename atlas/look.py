@@ -22,6 +22,7 @@ from atlas.api import ingest
 from atlas.api import open as open_store
 from atlas.errors import AtlasError, arg
 from atlas.files import check_writable, replacing
+from atlas.ingestion.readers.lines import Lines
 from atlas.views import AttentionMap, Heads, document, head_view, model_view
 
 
@@ -165,7 +166,7 @@ def look(
         corpus = Path(folder.name) / "look.txt"
         corpus.write_text(one + "\n", encoding="utf-8")
         done = ingest(
-            corpus, model, Path(folder.name) / "store", format="lines", dense=dense and not sparse,
+            corpus, model, Path(folder.name) / "store", format=Lines.name, dense=dense and not sparse,
             kept_mass=kept_mass, max_edges=max_edges, max_length=max_length, word_rows=word_rows,
             random_init=random_init, seed=seed, config=config, device=device, dtype=dtype, progress=progress,
         )  # fmt: skip

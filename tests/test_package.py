@@ -71,6 +71,7 @@ def test_the_wheel_adds_one_top_level_name(wheel: Path) -> None:
     tops = {name.split("/")[0] for name in names}
     assert tops == {"atlas", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "atlas/schema.sql" in names and "atlas/cli.py" in names and "atlas/ingestion/pipeline.py" in names
+    assert "atlas/serve/serve.css" in names and "atlas/report/explorer.js" in names  # the pages' own files
     assert sum(name.startswith("atlas/catalogue_sql/") and name.endswith(".sql") for name in names) == len(queries())
 
 
@@ -91,6 +92,8 @@ def test_installed_atlas_works_outside_the_checkout(installed: tuple[Path, dict[
     assert rows[0].startswith("relation,") and any(row.startswith("all,") for row in rows[1:]), table
     _run([atlas, "report", "--store", "st", "--out", "report.html", "--examples", "2"], here, env)
     assert (here / "report.html").stat().st_size > 10_000
+    _run([atlas, "look", "Dogs bark.", "--layer", "1", "--head", "1", "--out", "look.html", "--quiet"], here, env)
+    assert ">bark</text>" in (here / "look.html").read_text()  # one text's head view, from the wheel
 
     shell = _run([str(bin_dir / "duckdb"), "st/atlas.duckdb", "-readonly", "-csv", "-noheader", "-c",
                   "SELECT count(*) > 0 FROM attn_edges"], here, env)  # fmt: skip
