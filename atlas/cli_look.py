@@ -60,6 +60,6 @@ def look_command(
         raise click.ClickException(exc.cli_text({"text": "TEXT"})) from None
     with seen:
         size = seen.write(out, layer, head)
-        shape = seen.heads().weights.shape
+        shape = seen.shape
     shown = f"layer {layer}, head {head}" if layer is not None else f"{shape[0]} layers x {shape[1]} heads"
     click.echo(f"wrote {out} ({size / 1e6:.1f} MB): {shown} over {shape[2]} tokens", err=True)

@@ -65,6 +65,13 @@ class Look:
         return self.atlas.connection.execute(sql, [self.run_id]).pl()
 
     @property
+    def shape(self) -> tuple[int, int, int]:
+        """The model's layers and heads, and the text's tokens."""
+        sql = "SELECT n_layers, n_heads, n_tokens FROM runs WHERE run_id = ?"
+        layers, heads, tokens = self.atlas.connection.execute(sql, [self.run_id]).fetchone()
+        return int(layers), int(heads), int(tokens)
+
+    @property
     def rows(self) -> pl.DataFrame:
         """Every attention row's statistics (``attn_rows``: entropy, argmax, masses to itself, its neighbours,
         [CLS], [SEP], punctuation, attention received), layer and head 0-based as stored."""
