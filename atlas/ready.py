@@ -2,8 +2,8 @@
 takes no run: on the store), or the line it is refused with, saying what to run first.
 
 Each entry is checked as the answer path checks it before its SQL runs (``atlas.engine.prepare``: its parameters
-bound with their defaults, its runs found, its ``needs:`` counted); its SQL is not run. An entry that refuses a run
-in its SQL (a sparse run where it needs a dense one) is refused only when asked.
+bound with their defaults, its runs found, its ``needs:`` counted: a dense run where it reads single weights too);
+its SQL is not run, so a refusal written in the SQL itself (a parameter's value) comes only when it is asked.
 """
 
 from __future__ import annotations
