@@ -183,6 +183,20 @@ def cli() -> None:
     "paper); first: its first piece's row (their released code's default).",
 )
 @click.option(
+    "--norms",
+    is_flag=True,
+    help="Also the norm-based statistics of each attention row (Kobayashi et al. 2020: the norm of what a head "
+    "passes on from each token, and the norm-weighted masses; attn_rows.value_norm, norm_*).",
+)
+@click.option(
+    "--rollout",
+    type=click.Choice(["none", "cls", "last", "all"]),
+    default="none",
+    show_default=True,
+    help="Keep rows of the attention rollout (Abnar & Zuidema 2020) in table rollout: cls: each input's [CLS]/BOS "
+    "row; last: its last token's; all: every row, kept as the edges are.",
+)
+@click.option(
     "--engine",
     type=click.Choice(["local", "ray"]),
     default="local",
@@ -235,6 +249,8 @@ def ingest(
     pack: str | None,
     text: str,
     word_rows: str,
+    norms: bool,
+    rollout: str,
     engine: str,
     ray_address: str | None,
     workers: int | None,
@@ -269,6 +285,8 @@ def ingest(
         pack=pack,
         text=text,
         word_rows=word_rows,
+        norms=norms,
+        rollout=rollout,
         progress=not quiet,
         engine=engine,
         ray_address=ray_address,

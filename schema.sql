@@ -34,6 +34,9 @@ CREATE TABLE runs (
                                  --   (--format text: a longer paragraph pair is cut, see examples.sent_ids)
     kept_mass DOUBLE,            -- sparsity target per attention row; NULL = dense (every weight kept)
     max_edges INTEGER,           -- at most this many edges per attention row beside kept_mass; NULL: no cap
+    value_norms BOOLEAN,         -- attn_rows holds the norm-based columns (--norms); false in every run made before
+    rollout VARCHAR,             -- none | cls | last | all: the rows of the attention rollout in table rollout
+                                 --   (--rollout); none in every run made before
     weight_precision VARCHAR,    -- float32: everything exact (dense); 1/256: edge and word-level weights are
                                  --   multiples of 1/256 (error at most 1/512), the masses attn_rows.to_* multiples
                                  --   of 1/2048 (error at most 1/4096), attn_rows.received at float16 precision
@@ -86,7 +89,9 @@ CREATE TABLE tokens (
                                  --   template tells the two texts apart by it (BERT: [CLS] a [SEP] 0, b [SEP] 1;
                                  --   Llama: <s> a 0, <s> b 1), else 0 up to the first text's end and the special
                                  --   tokens right after it (RoBERTa: <s> a </s></s> 0, b </s> 1)
-    is_punct BOOLEAN             -- the corpus characters of the piece (spaces aside) are all punctuation
+    is_punct BOOLEAN,            -- the corpus characters of the piece (spaces aside) are all punctuation
+    dot_comma BOOLEAN            -- a word's piece whose corpus characters (spaces aside) are '.' or ',': the keys
+                                 --   of attn_rows.to_dot_comma; NULL in runs made before the column
 );
 
 -- One corpus word (syntactic word of CoNLL-U; multiword-token ranges and empty nodes are not words).
@@ -173,8 +178,48 @@ CREATE TABLE attn_rows (
     to_sep FLOAT NOT NULL,       -- every special token of role sep or eos ([SEP], </s>); 0 in an input without
                                  --   one (a decoder's)
     to_dot_comma FLOAT NOT NULL, -- the pieces whose corpus characters are '.' or ',' (spaces aside)
-    received FLOAT NOT NULL      -- attention the token src_tok receives: the column sum of the dense map over
+    received FLOAT NOT NULL,     -- attention the token src_tok receives: the column sum of the dense map over
                                  --   every row of the input (Kovaleva et al.'s feature attention)
+    value_norm FLOAT             -- runs ingested with --norms (runs.value_norms), else NULL: ||f(x_src_tok)||, the norm
+                                 --   of what this head passes on from the row's token (Kobayashi et al. 2020): its
+                                 --   value vector (with the value bias) through the head's slice of the attention's
+                                 --   output projection (without the output bias). What the head passes from token j
+                                 --   to token i has norm weight * ||f(x_j)||: an edge's is its weight times its
+                                 --   dst_tok's value_norm. float32 on a dense run; 11 significant bits on a sparse one
+                                 --   (float16's precision: relative error at most 2**-11)
+);
+
+-- Per input, layer and head, in runs ingested with --norms: sums over the input's attention rows (every token's) of
+-- what each row draws through the head in norm (Kobayashi et al. 2020): sum_j weight_ij * ||f(x_j)|| over the keys
+-- of a kind (attn_rows.value_norm), and each row's share of its whole. The mean over an input's rows is the sum over
+-- its n_tokens (examples). float32 from float64 sums of the dense rows, on every run.
+CREATE TABLE head_norms (
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer SMALLINT NOT NULL,
+    head SMALLINT NOT NULL,
+    norm_cls FLOAT NOT NULL,       -- to the special tokens of role cls or bos (as attn_rows.to_cls)
+    norm_sep FLOAT NOT NULL,       -- to the special tokens of role sep or eos (as attn_rows.to_sep)
+    norm_dot_comma FLOAT NOT NULL, -- to the pieces '.' and ',' (as attn_rows.to_dot_comma)
+    norm_total FLOAT NOT NULL,     -- to every token
+    share_cls FLOAT NOT NULL,      -- sum over the rows of norm to cls / the row's norm to every token
+    share_sep FLOAT NOT NULL,
+    share_dot_comma FLOAT NOT NULL
+);
+
+-- The attention rollout (Abnar & Zuidema 2020), in runs ingested with --rollout (runs.rollout): row src_tok of the
+-- joint attention through layers 0 to layer (each layer's heads averaged, (A + I) with rows renormalised, joint_i =
+-- aug_i joint_(i-1), their released compute_joint_attention). rollout 'cls' and 'last': one row per input and layer,
+-- the input's first cls/bos token's or its last token's, every input token kept (float32; an input without a
+-- cls/bos token has no 'cls' row); 'all': every token's row, kept as the edges are (runs.kept_mass, max_edges,
+-- weight_precision). An input read in blocks of rows (too long for its whole maps) has none.
+CREATE TABLE rollout (
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer SMALLINT NOT NULL,     -- the rollout through layers 0 to this one
+    src_tok INTEGER NOT NULL,    -- the token whose row it is
+    dst_tok INTEGER NOT NULL,    -- the input token it draws on
+    weight FLOAT NOT NULL        -- its share of the row (a row sums to 1, on a dense run)
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over

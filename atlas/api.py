@@ -670,6 +670,8 @@ def ingest(
     pack: str | None = None,
     text: str = "written",
     word_rows: str = "mean",
+    norms: bool = False,
+    rollout: str = "none",
     progress: bool = True,
     device: str = "auto",
     dtype: str = "auto",
@@ -687,7 +689,10 @@ def ingest(
     ``sample_seed``, repeated once (see ``atlas.ingestion.readers.repeated``); ``text``: 'written' (each sentence as
     written) or 'words' (its words joined by single spaces, Clark et al.'s input; see ``atlas.ingestion.align``);
     ``word_rows``: 'mean' (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first
-    piece's row, the released code's default); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the
+    piece's row, the released code's default); ``norms``: the norm-based statistics too (Kobayashi et al. 2020:
+    what each head passes on, in norm: attn_rows.value_norm and table head_norms); ``rollout``: 'none', 'cls',
+    'last' or 'all', the rows of the attention rollout kept in table rollout (Abnar & Zuidema 2020; see
+    ``atlas.ingestion.rollout``); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the
     CPU and MPS), 'float32', 'bfloat16' or 'float16' (the attention softmax and every statistic stay float32; the dtype
     is part of the run id and recorded in ``runs.dtype``); ``config``: with ``random_init``, overrides of the
     model's config, a mapping or ``KEY=VALUE`` texts (the value as JSON, else a string), e.g.
@@ -704,8 +709,8 @@ def ingest(
     request = Asked(
         corpus=corpus, format=format, options=options, random_init=random_init, seed=seed, kept_mass=kept_mass,
         max_edges=max_edges, dense=dense, max_length=max_length, pack=pack, text=text, word_rows=word_rows,
-        device=device, dtype=dtype, config=config, engine=engine, ray_address=ray_address, workers=workers,
-        gpus_per_worker=gpus_per_worker,
+        norms=norms, rollout=rollout, device=device, dtype=dtype, config=config, engine=engine,
+        ray_address=ray_address, workers=workers, gpus_per_worker=gpus_per_worker,
     )  # fmt: skip
     asked = plan(request)
     given, settings, overrides = asked.options, asked.settings, asked.overrides

@@ -72,6 +72,8 @@ OLDER_RUNS = {
     ("runs", "text"): "coalesce(text, 'words') AS text",  # before --text, every run read the words joined by spaces
     ("runs", "word_rows"): "coalesce(word_rows, 'mean') AS word_rows",  # and averaged a word's pieces' rows
     ("runs", "dtype"): "coalesce(dtype, 'float32') AS dtype",  # and loaded the weights in float32
+    ("runs", "value_norms"): "coalesce(value_norms, false) AS value_norms",  # and kept no norms
+    ("runs", "rollout"): "coalesce(rollout, 'none') AS rollout",  # and no rollout
 }
 # the store's folder as DuckDB sees it: the directory of the database's default temp_directory
 # ('<database file>.tmp'); '' when DuckDB was started in the store's folder

@@ -90,6 +90,11 @@ def is_punct(text: str) -> bool:
     return bool(text) and all(unicodedata.category(ch).startswith("P") for ch in text)
 
 
+def is_dot_comma(role: str | None, text: str) -> bool:
+    """True for a word's piece whose corpus characters (spaces aside) are '.' or ',' (a special token never is)."""
+    return role is None and text.strip() in (".", ",")
+
+
 def words_text(words: list[Word]) -> Text:
     """Words joined by single spaces."""
     spans, at = [], 0

@@ -18,7 +18,7 @@ import torch
 from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.row_batch import EDGE_COLUMNS, LAYER_TYPE, POSITION_TYPE, RowBatch, row_blocks
 from atlas.ingestion.stages import stage
-from atlas.ingestion.tensor_rows import _Batch, _edges, word_pieces
+from atlas.ingestion.tensor_rows import _Batch, kept_edges, word_pieces
 
 Arrays = dict[str, np.ndarray]
 
@@ -93,7 +93,7 @@ class BlockRows:
         spec = self.batch
         if spec.kept_mass is not None:
             valid = torch.ones(1, block.shape[-2], dtype=torch.bool, device=block.device)  # every row its input's
-            where, dst, weight = _edges(block[None], argmax[None], valid, spec.kept_mass, spec.max_edges, False,
+            where, dst, weight = kept_edges(block[None], argmax[None], valid, spec.kept_mass, spec.max_edges, False,
                                         spec.weight_step)  # fmt: skip
             return where[:, 1], where[:, 2], dst, weight
         rows, n = block.shape[-2:]

@@ -55,6 +55,8 @@ class Asked:
     pack: str | None = None
     text: str = "written"
     word_rows: str = "mean"
+    norms: bool = False
+    rollout: str = "none"
     device: str = "auto"
     dtype: str = "auto"
     config: Mapping[str, object] | Sequence[str] | str | None = None
@@ -103,7 +105,7 @@ def plan(asked: Asked) -> Plan:
     edges = Settings().max_edges if max_edges is None else max_edges
     settings = Settings(
         kept, asked.max_length, pack, max_edges=edges, device=device, text=asked.text, word_rows=asked.word_rows,
-        dtype=dtype,
+        dtype=dtype, norms=asked.norms, rollout=asked.rollout,
     )  # fmt: skip
     check_settings(settings)
     if options.sample is not None and options.sample < 1:

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.ahead import read_ahead
+from atlas.ingestion.align import is_dot_comma
 from atlas.ingestion.budget import Budget, budget_for
 from atlas.ingestion.corpus import CorpusInfo, changed, read_aligned
 from atlas.ingestion.device import resolve_device
@@ -106,7 +107,7 @@ def _targets(lay: Layout) -> dict[str, np.ndarray]:
     return {
         "cls": np.array([r in START_ROLES for r in lay.role]),
         "sep": np.array([r in END_ROLES for r in lay.role]),
-        "dot_comma": np.array([r is None and t.strip() in (".", ",") for r, t in zip(lay.role, lay.text, strict=True)]),
+        "dot_comma": np.array([is_dot_comma(r, t) for r, t in zip(lay.role, lay.text, strict=True)]),
     }
 
 
@@ -184,6 +185,8 @@ def _prepare_chunk(
             first_piece=settings.word_rows == "first",
             block_weights=budget.block_weights if long else None,
             work_weights=budget.work_weights,
+            norms=settings.norms,
+            rollout=settings.rollout,
         )
         batches.append(_Batch(batch, layouts, rows_of))
     return _Chunk(rows, batches, sum(e.skipped for e in examples))
@@ -203,10 +206,11 @@ def _run_chunk(lm: LoadedModel, chunk: _Chunk, settings: Settings, progress: _Pr
             batch = chunk.batches.popleft()
             ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
             with stage("model", device, gaps=True):
+                norms = _timed(batch.rows.norms, device) if settings.norms else None
                 if batch.rows.by_rows is not None:
-                    stream_rows(lm, ids, device, batch.rows.by_rows.bounds, _timed(batch.rows.by_rows.rows, device))
+                    stream_rows(lm, ids, device, batch.rows.by_rows.bounds, _timed(batch.rows.block, device), norms)
                 else:
-                    stream_attention(lm, ids, device, _timed(batch.rows.layer, device))
+                    stream_attention(lm, ids, device, _timed(batch.rows.layer, device), norms)
             if not _pipelined(settings):
                 _collect(chunk.rows, batch, progress)
                 continue
@@ -527,6 +531,8 @@ def _stage_and_publish(
         "pack": settings.pack,
         "text": settings.text,
         "word_rows": settings.word_rows,
+        "value_norms": settings.norms,
+        "rollout": settings.rollout,
         "dtype": settings.dtype,
         "config": json.dumps(lm.config_overrides, sort_keys=True) if lm.config_overrides else None,
         "max_length": max_length,

@@ -30,6 +30,7 @@ WORD_ROWS = ("mean", "first")  # --word-rows: how a word of several pieces atten
 ID_BYTES = 255  # a run id names its folders: no longer than a file name may be
 HASH_CHARS = 10  # the hex digits of the hash that ends a run id
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+ROLLOUT_ROWS = ("none", "cls", "last", "all")  # --rollout: the rows of the attention rollout (atlas.ingestion.rollout)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,8 @@ class Settings:
     text: str = "written"  # what the model reads of a sentence: as written, or its words joined by spaces
     word_rows: str = "mean"  # a word's row of the word-level map: the mean of its pieces' rows, or its first's
     dtype: str = "float32"  # the weights' dtype, resolved (never 'auto': see atlas.ingestion.device.resolve_dtype)
+    norms: bool = False  # attn_rows's norm-based columns (atlas.ingestion.norm_rows)
+    rollout: str = "none"  # the rows of the attention rollout kept (ROLLOUT_ROWS)
 
 
 def number_text(value: float) -> str:
@@ -80,6 +83,8 @@ def check_settings(settings: Settings) -> None:
         raise AtlasError(f"{arg('text', repr(settings.text))}: expected one of {', '.join(TEXTS)}")
     if settings.word_rows not in WORD_ROWS:
         raise AtlasError(f"{arg('word_rows', repr(settings.word_rows))}: expected one of {', '.join(WORD_ROWS)}")
+    if settings.rollout not in ROLLOUT_ROWS:
+        raise AtlasError(f"{arg('rollout', repr(settings.rollout))}: expected one of {', '.join(ROLLOUT_ROWS)}")
     if settings.dtype == "auto":  # the run id takes the dtype the weights are loaded in
         raise AtlasError(
             f"{arg('dtype', repr('auto'))}: resolved with the device first (atlas.ingestion.device.resolve_dtype)"
@@ -97,9 +102,10 @@ class ModelKey(Protocol):
 
 
 def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
-    """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text, word-row
-    and dtype settings are hashed only where they are not the ones every earlier run had (words joined by spaces,
-    the mean of the pieces' rows, float32 weights), so that those runs keep their ids; a drawn corpus (repeated)
+    """The id of a run: a readable start and a hash of the corpus, the model and the settings. The text, word-row,
+    dtype, norm and rollout settings are hashed only where they are not the ones every earlier run had (words joined
+    by spaces, the mean of the pieces' rows, float32 weights, no norms, no rollout), so that those runs keep their
+    ids; a drawn corpus (repeated)
     has no text. What else of the corpus is hashed is its reader's (``Reader.run_key``: a GLUE run's says its
     examples are whole). A loaded model (``LoadedModel.dtype``) must be in the settings' dtype."""
     loaded = getattr(lm, "dtype", settings.dtype)
@@ -122,6 +128,8 @@ def run_id_for(corpus: CorpusInfo, lm: ModelKey, settings: Settings) -> str:
             *([["text", settings.text]] if texts else []),
             *([["word_rows", settings.word_rows]] if settings.word_rows != "mean" else []),
             *([["dtype", settings.dtype]] if settings.dtype != "float32" else []),
+            *([["norms", True]] if settings.norms else []),
+            *([["rollout", settings.rollout]] if settings.rollout != "none" else []),
         ],
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:HASH_CHARS]

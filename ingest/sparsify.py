@@ -45,6 +45,8 @@ import torch
 
 from atlas.ingestion.block_rows import BlockRows
 from atlas.ingestion.cpu_rows import CpuBlockRows, CpuRows
+from atlas.ingestion.norm_rows import NormRows
+from atlas.ingestion.rollout import Rollout, empty_columns
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
 from atlas.ingestion.run_id import MAX_EDGES
 from atlas.ingestion.tensor_rows import TensorRows
@@ -69,6 +71,7 @@ ENTROPY_SMOOTHING = 1e-4  # Clark et al.: entropy of (1 - s) a + s / n, "to avoi
 WEIGHT_STEP = 2**-8  # sparse setting: edge and word-level weights are multiples of this
 MASS_STEP = 2**-11  # sparse setting: the row masses to_* are multiples of this
 ENTROPY_ROUND = 2**7  # sparse setting: entropy keeps 23 - 7 of float32's mantissa bits (17 significant bits)
+NORM_ROUND = 2**13  # sparse setting: the value norms keep 11 significant bits (float16's precision)
 MASSES = ("to_self", "to_prev", "to_next", "to_first")  # then to_<target> for each target
 WORD_COLUMNS = {"dst_word": POSITION_TYPE, "weight": np.float32, "from_word": POSITION_TYPE, "from_weight": np.float32}
 
@@ -84,7 +87,9 @@ class BatchRows:
     ``lengths``: each input's number of tokens; ``token_words``: each input's word of each token (None: a special
     token); ``targets``: per input, a boolean mask over its tokens for each target token kind, e.g. cls, sep,
     dot_comma (None: no ``to_<target>`` columns); ``causal``: a decoder's maps, where no edge to a later token is ever
-    stored (not even a dense one of weight 0)."""
+    stored (not even a dense one of weight 0). ``norms``: the rows' norm-based statistics too
+    (``atlas.ingestion.norm_rows``; each layer's value norms come before its maps: ``norms``); ``rollout``: which
+    rows of the attention rollout to keep (``atlas.ingestion.rollout``; none for an input read by rows)."""
 
     def __init__(
         self,
@@ -100,6 +105,8 @@ class BatchRows:
         first_piece: bool = False,
         block_weights: int | None = None,
         work_weights: int | None = None,
+        norms: bool = False,
+        rollout: str = "none",
     ) -> None:
         n_max = max(lengths)
         self.names = list(targets[0]) if targets else []
@@ -125,20 +132,48 @@ class BatchRows:
             self.arrays = CpuRows(batch)
         else:
             self.arrays = TensorRows(batch) if work_weights is None else TensorRows(batch, work_weights)
+        self.norm_rows = NormRows(n_layers, n_heads, lengths, masks) if norms else None
+        self.rollout = None
+        if rollout != "none" and block_weights is None:
+            cls = [_first(t["cls"]) if t else None for t in targets or [None] * len(lengths)]
+            self.rollout = Rollout(rollout, lengths, cls, kept_mass, max_edges, causal, WEIGHT_STEP)
+
+    def norms(self, layer: int, norms: torch.Tensor) -> None:
+        """Layer ``layer``'s value norms ``[batch, heads, n]`` (``atlas.model.value_norms``), before its maps."""
+        self.norm_rows.norms(layer, norms)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""
+        if self.norm_rows is not None:
+            self.norm_rows.layer(layer, attn)
+        if self.rollout is not None:
+            self.rollout.layer(layer, attn)
         self.arrays.layer(layer, attn)
 
-    def tables(self) -> tuple[Table, Table, Table]:
-        """The batch's edges, rows and word rows (every input's, input after input), once every layer is in."""
+    def block(self, layer: int, start: int, probs: torch.Tensor) -> None:
+        """A block of layer ``layer``'s rows ``[batch, heads, rows, n]`` from row ``start`` on (an input read by
+        rows)."""
+        if self.norm_rows is not None:
+            self.norm_rows.block(layer, start, probs)
+        self.by_rows.rows(layer, start, probs)
+
+    def tables(self) -> tuple[Table, Table, Table, Table, Table]:
+        """The batch's edges, rows, word rows, rollout rows and head norms (every input's, input after input), once
+        every layer is in."""
         stats, words, edges, counts = self.arrays.result()
+        heads = Table(*_no_head_norms(len(self.lengths)))
+        if self.norm_rows is not None:
+            stats["value_norm"] = self.norm_rows.value_norms()
+            heads = Table(*self.norm_rows.heads(self.names))
         _round(stats, words, self.sparse)
         mass_names = [*MASSES, *(f"to_{name}" for name in self.names)]
+        rollout = Table(*self.rollout.columns()) if self.rollout is not None else _no_rollout(len(self.lengths))
         return (
             Table(edges, counts),
             _rows(stats, self.row_keys, mass_names, self.first_is_cls),
             _kept_rows(_word_rows(words, self.word_keys), self.word_kept, self.n_layers * self.n_heads),
+            rollout,
+            heads,
         )
 
 
@@ -157,7 +192,7 @@ def batch_rows(
                       max_edges, causal, first_piece)  # fmt: skip
     for layer, attn in enumerate(maps):
         batch.layer(layer, attn)
-    edges, rows, words = (table.split() for table in batch.tables())
+    edges, rows, words, _, _ = (table.split() for table in batch.tables())
     return list(zip(edges, rows, words, strict=True))
 
 
@@ -177,6 +212,25 @@ def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: b
             if name in words:
                 words[name] = _fixed(words[name], WEIGHT_STEP)
     stats["entropy"], stats["received"], stats["masses"] = entropy, received, masses
+    if "value_norm" in stats:
+        norm = stats["value_norm"].astype(np.float32)
+        if sparse:
+            norm = ((norm.view(np.int32) + NORM_ROUND // 2) & -NORM_ROUND).view(np.float32)
+        stats["value_norm"] = norm
+
+
+def _first(mask: np.ndarray) -> int | None:
+    """The first token of a mask, None where it has none."""
+    where = np.flatnonzero(mask)
+    return int(where[0]) if where.size else None
+
+
+def _no_rollout(n_inputs: int) -> Table:
+    return Table(empty_columns(), np.zeros(n_inputs, dtype=np.int64))
+
+
+def _no_head_norms(n_inputs: int) -> tuple[Columns, np.ndarray]:
+    return {"layer": np.zeros(0, LAYER_TYPE), "head": np.zeros(0, LAYER_TYPE)}, np.zeros(n_inputs, dtype=np.int64)
 
 
 def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:

@@ -189,7 +189,7 @@ def _block_rows(
     argmax = block.max(dim=-1, keepdim=True).indices  # the first of equal maxima
     words = _word_stats(block, batch, start, stop) if batch.w_max >= 2 else {}
     rows = _row_stats(block, argmax[..., 0], batch, start, stop, smoothing)
-    edges = _edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges, causal, weight_step)
+    edges = kept_edges(block, argmax, batch.valid[start:stop], kept_mass, max_edges, causal, weight_step)
     return rows, words, (*edges, start, stop)
 
 
@@ -261,7 +261,7 @@ def _word_stats(block: torch.Tensor, batch: _Batch, start: int, stop: int) -> di
     }
 
 
-def _edges(
+def kept_edges(
     block: torch.Tensor,
     argmax: torch.Tensor,
     valid: torch.Tensor,

@@ -11,13 +11,15 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from atlas.ingestion.align import is_punct
+from atlas.ingestion.align import is_dot_comma, is_punct
 from atlas.ingestion.examples import Example, Layout
 from atlas.ingestion.sparsify import Table
 from atlas.store import to_table, write_parquet
 
-EXAMPLE_TABLES = ("examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows")
-ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows")
+EXAMPLE_TABLES = (
+    "examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows", "rollout", "head_norms"
+)  # fmt: skip
+ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows", "rollout", "head_norms")
 WRITERS = 2  # threads writing a chunk's tables (on a CPU, where the model's threads take the other cores)
 PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written as several files at once (PARTS)
 # at most, each by a writer thread of its own: the cores this process may use but two (the model's and the rows'),
@@ -26,6 +28,7 @@ PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PARTS = min(16, max(8, _CORES - 2))
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
+SIGNIFICANT_BITS = ("entropy", "value_norm")
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
 
@@ -72,6 +75,7 @@ class ChunkRows:
                              ("role", lay.role), ("segment", lay.segments)):  # fmt: skip
             toks[name].extend(column)
         toks["is_punct"].extend(s is None and is_punct(t) for s, t in zip(lay.special, lay.text, strict=True))
+        toks["dot_comma"].extend(is_dot_comma(r, t) for r, t in zip(lay.role, lay.text, strict=True))
         self._words(ex, lay)
 
     def add_attention(self, example_ids: list[int], tables: dict[str, Table]) -> None:
@@ -227,7 +231,8 @@ def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bo
     split = statistics = delta = plain = None
     if name in ATTENTION_TABLES:
         floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-        split = floats if dense else [c for c in floats if c == "entropy"]
+        # in a sparse run the entropy and the value norms keep 17 and 11 significant bits, the head norms all 24
+        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or name == "head_norms"]
         statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
         delta = ["src_tok"] if name == "attn_edges" else []
         plain = [c for c in statistics if c != "run_id" and c not in delta]

@@ -72,7 +72,7 @@ def test_columns_declared_not_null_are_required_in_the_files(store_dir):
         for path in (store_dir / "data").glob(f"*/{name}/*.parquet"):
             required = {f.name for f in pq.read_schema(path) if not f.nullable}
             assert required == {f.name for f in schema if not f.nullable}, path
-    assert {f.name for f in table_schemas()["attn_rows"] if f.nullable} == {"to_first"}
+    assert {f.name for f in table_schemas()["attn_rows"] if f.nullable} == {"to_first", "value_norm"}
     with pytest.raises(ValueError, match="attn_edges.weight: NULL in a column declared NOT NULL"):
         keys = {"run_id": "r", "example_id": 0, "layer": 0, "head": 0, "src_tok": 0, "dst_tok": [0, 1]}
         to_table("attn_edges", keys | {"weight": [0.5, None]}, 2)

@@ -1,6 +1,7 @@
 """Attention capture: the project's own attention function, registered with transformers'
 ``AttentionInterface``. It computes each family's eager softmax attention, applies any head intervention
-and records the probabilities of every layer while ``recording()`` is active.
+and records the probabilities of every layer while ``recording()`` is active, and the norms of what each head passes
+on (``atlas.model.value_norms``) while ``norming()`` is.
 
 DeBERTa-v2/v3 computes its disentangled attention inside its own module, not through the interface: there
 the probabilities the model computed are read (and intervened on) where they pass into its attention dropout.
@@ -21,6 +22,7 @@ from transformers.models.distilbert.modeling_distilbert import DistilBertSelfAtt
 from atlas.errors import AtlasError
 from atlas.model import intervene
 from atlas.model.families import family
+from atlas.model.value_norms import know_parents, value_norms
 
 CAPTURE = "atlas_capture"
 _sink: Callable[[torch.Tensor], None] | None = None  # while recording: where each layer's probabilities go
@@ -37,6 +39,7 @@ class RowSink(Protocol):
 
 
 _rows: RowSink | None = None  # while reading rows: what takes them
+_norms: Callable[[torch.Tensor], None] | None = None  # while norming: where each layer's value norms go
 
 
 def _repeat_kv(states: torch.Tensor, groups: int) -> torch.Tensor:
@@ -93,6 +96,8 @@ def _capture_attention(
         scaling = query.size(-1) ** -0.5
     if _rows is not None:
         return _by_rows(_rows, module, query, key, value, attention_mask, scaling, softcap), None
+    if _norms is not None:
+        _norms(value_norms(module, value))
     # softmax in float32, recorded so (a half-precision model's too); the weighted values in the model's dtype
     probs = _settle(module, _probabilities(module, query, key, attention_mask, scaling, softcap), attention_mask)
     probs = torch.nn.functional.dropout(probs.to(value.dtype), p=dropout, training=module.training)
@@ -146,7 +151,10 @@ def _by_rows(
     n = query.shape[2]
     causal = mask is None and getattr(module, "is_causal", False) and n == key.shape[2]
     output = query.new_empty((*query.shape[:3], value.shape[-1]))
-    for start, stop in sink.bounds(n):
+    blocks = sink.bounds(n)
+    if _norms is not None:  # after the layer has begun, before its rows
+        _norms(value_norms(module, value))
+    for start, stop in blocks:
         rows = None if mask is None else mask if mask.shape[2] == 1 else mask[:, :, start:stop]
         probs = _probabilities(module, query[:, :, start:stop], key, rows, scaling, softcap, start if causal else None)
         sink.rows(start, probs)
@@ -174,13 +182,20 @@ class _DisentangledProbs(torch.nn.Module):
         self.dropout = attention.dropout
         self.attention = [attention]  # not a submodule: the attention module owns this one
         self.mask: torch.Tensor | None = None  # [batch, 1, q, k] bool, set before each call of the attention
+        self.hidden: torch.Tensor | None = None  # [batch, n, hidden]: its input, kept while norming
         attention.register_forward_pre_hook(self._keep_mask)
 
     def _keep_mask(self, _module: torch.nn.Module, args: tuple) -> None:
         self.mask = args[1].bool()
+        self.hidden = args[0] if _norms is not None else None
 
     def forward(self, probs: torch.Tensor) -> torch.Tensor:
         attention = self.attention[0]
+        if _norms is not None and self.hidden is not None:  # its values, as the module makes them
+            batch, n, _ = self.hidden.shape
+            value = attention.value_proj(self.hidden).view(batch, n, attention.num_attention_heads, -1)
+            _norms(value_norms(attention, value.transpose(1, 2)))
+            self.hidden = None
         probs = intervene.gate(attention, _settle(attention, probs, self.mask))
         return self.dropout(probs)
 
@@ -190,8 +205,10 @@ def prepare(model: torch.nn.Module) -> None:
     its attention.
 
     Attention modules without a ``layer_idx`` (DistilBERT, DeBERTa-v2) are numbered in layer order, so that
-    interventions find their layer; ALBERT's one shared module has none (interventions refuse it).
+    interventions find their layer; ALBERT's one shared module has none (interventions refuse it). Each module's parent
+    is remembered, where an attention module's output projection is found (``value_norms.output_projection``).
     """
+    know_parents(model)
     for kind in (DistilBertSelfAttention, DisentangledSelfAttention):
         for layer, module in enumerate(m for m in model.modules() if isinstance(m, kind)):
             module.layer_idx = layer
@@ -216,6 +233,18 @@ def reading_rows(sink: RowSink) -> Iterator[None]:
         yield
     finally:
         _rows = None
+
+
+@contextmanager
+def norming(sink: Callable[[torch.Tensor], None]) -> Iterator[None]:
+    """While active, each attention layer the model runs hands ``sink`` its value norms ``[batch, heads, n]``
+    (``value_norms.value_norms``) before its probabilities (before its first block of rows, read in blocks)."""
+    global _norms
+    _norms = sink
+    try:
+        yield
+    finally:
+        _norms = None
 
 
 @contextmanager

@@ -4,14 +4,14 @@ every layer, or each input's maps as arrays on the host."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 
 import numpy as np
 import torch
 
 from atlas.errors import AtlasError, arg
-from atlas.model.capture import reading_rows, recording
+from atlas.model.capture import norming, reading_rows, recording
 from atlas.model.load import LoadedModel
 
 
@@ -41,6 +41,7 @@ def stream_attention(
     inputs: list[tuple[list[int], list[int]]],
     device: torch.device,
     each_layer: Callable[[int, torch.Tensor], None],
+    each_norms: Callable[[int, torch.Tensor], None] | None = None,
 ) -> None:
     """Run one padded batch of ``(input ids, token type ids)`` through ``lm`` (its model already on ``device``) and
     hand each layer's attention to ``each_layer(layer, maps)`` as the model computes it, in layer order: a float32
@@ -48,7 +49,8 @@ def stream_attention(
     Positions past an input's length are padding: its rows there are not its attention, its columns there hold
     exactly 0. The model stops at the last layer's attention probabilities: what it computes after them (that
     layer's weighted values, feed-forward block, any pooler or head) is not needed (on the embedded model 13 %
-    of the forward pass's CPU time)."""
+    of the forward pass's CPU time). ``each_norms(layer, norms)``: each layer's value norms ``[batch, heads, longest]``
+    (``atlas.model.value_norms``), handed on before its attention."""
     kwargs = model_inputs(lm, inputs, device)
     future = None  # checked on the first layer: every layer's mask is the model's causal mask (or a window of it)
     if lm.decoder:  # an input's own rows (a padding token's row may attend anywhere)
@@ -67,7 +69,20 @@ def stream_attention(
         if captured == lm.n_layers:
             raise _AllCaptured
 
-    _to_the_last_layer(lm, kwargs, recording(take), lambda: captured)
+    def norms(values: torch.Tensor) -> None:
+        each_norms(captured, values)
+
+    taking = _both(recording(take), each_norms and norming(norms))
+    _to_the_last_layer(lm, kwargs, taking, lambda: captured)
+
+
+@contextmanager
+def _both(taking: AbstractContextManager, norms: AbstractContextManager | None) -> Iterator[None]:
+    with ExitStack() as stack:
+        stack.enter_context(taking)
+        if norms is not None:
+            stack.enter_context(norms)
+        yield
 
 
 class _Layers:
@@ -95,11 +110,13 @@ def stream_rows(
     device: torch.device,
     bounds: Callable[[int], Iterable[tuple[int, int]]],
     each_block: Callable[[int, int, torch.Tensor], None],
+    each_norms: Callable[[int, torch.Tensor], None] | None = None,
 ) -> None:
     """``stream_attention`` without whole maps, for inputs too long for them: each layer's attention is computed in
     the blocks of rows ``bounds(n)`` gives (``n``: the batch's longest input) and handed on as
     ``each_block(layer, start, probs)``, ``probs`` float32 ``[batch, heads, rows, n]``: the rows from ``start`` on
-    (for a batch of one, no padding). A decoder's rows are checked to put no weight on a later token."""
+    (for a batch of one, no padding). A decoder's rows are checked to put no weight on a later token.
+    ``each_norms(layer, norms)``: as ``stream_attention``'s, before the layer's first block."""
     kwargs = model_inputs(lm, inputs, device)
 
     def take(layer: int, start: int, probs: torch.Tensor) -> None:
@@ -108,7 +125,12 @@ def stream_rows(
         each_block(layer, start, probs)
 
     layers = _Layers(take, bounds, lm.n_layers)
-    _to_the_last_layer(lm, kwargs, reading_rows(layers), lambda: layers.layer + 1)
+
+    def norms(values: torch.Tensor) -> None:
+        each_norms(layers.layer, values)
+
+    taking = _both(reading_rows(layers), each_norms and norming(norms))
+    _to_the_last_layer(lm, kwargs, taking, lambda: layers.layer + 1)
 
 
 def _looked_ahead(lm: LoadedModel) -> AtlasError:
