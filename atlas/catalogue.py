@@ -37,7 +37,7 @@ field above it)::
 - ``keys:`` the columns naming a row, on which ``atlas query --compare`` aligns runs; left out: layer and
   head, those of them the answer has.
 - ``plot:`` the figure ``atlas plot`` draws, one of ``PLOT_KINDS`` (heatmap, layers, mds, bars, curve, stacked,
-  hbars), and its columns; left out or empty: none.
+  hbars, shares, lines, tokens), and its columns; left out or empty: none.
 - ``figure:`` what the figure draws, in words (docs/catalogue.md says it); required with ``plot:``.
 - ``baseline:`` a column of the answer, the same in every row, that a layers figure draws as a dashed reference
   line (entropy's uniform attention).
@@ -81,7 +81,8 @@ FIELDS = (
     "name", "aliases", "paper", "description", "parameters", "needs", "notes", "keys", "plot", "figure", "baseline",
     "axis", "percent", "labels",
 )  # fmt: skip
-PLOT_KINDS = ("heatmap", "layers", "mds", "bars", "curve", "stacked", "hbars")  # the figures atlas.plot draws
+# the figures atlas.plot draws
+PLOT_KINDS = ("heatmap", "layers", "mds", "bars", "curve", "stacked", "hbars", "shares", "lines", "tokens")
 _FIELD = re.compile(r"-- (\w+):\s*(.*)")  # '-- name: value': a field
 _MORE = re.compile(r"--\s{2,}(.*)")  # an indented comment line: the field above continues
 _PARAMETER = re.compile(r"(\w+)(?:\s+\[(run|any run)\])?:\s*(.*)")  # name [run]: description (default: ...)

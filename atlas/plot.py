@@ -12,6 +12,11 @@
 - ``hbars``: columns label, value, baseline, and a tag of each: a pair of horizontal bars per label, the value
   above its baseline, each tagged (Clark et al.'s Table 1: per relation the best head's accuracy, tagged
   layer-head, beside the best fixed offset's).
+- ``shares``: a kind column and share columns: a panel per share column, in it per layer a bar stacked by kind
+  (Kobayashi et al.'s Figure 2: attention by weight beside attention by norm).
+- ``lines``: an x column and value columns: a line over x per value column (the per-layer rows).
+- ``tokens``: columns position, its label and a value: a layer x token heat map of one input (Abnar & Zuidema's
+  rollout figures).
 
 A figure names its columns as the entry's ``labels:`` header says (else by the column's name, '_' read as a
 space), what its values measure as its ``axis:`` says (else by the value column's label), draws the columns of
@@ -210,6 +215,58 @@ def _stacked(df: pl.DataFrame, label: Label, axis: str, x: str, *columns: str) -
     ax.set_ylabel(axis)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1, 1))
+    return fig
+
+
+def _per_layer(df: pl.DataFrame) -> pl.DataFrame:
+    """The rows of a whole layer (head NULL), where the answer has heads."""
+    return df.filter(pl.col("head").is_null()) if "head" in df.columns else df
+
+
+def _shares(df: pl.DataFrame, label: Label, axis: str, kind: str, *columns: str) -> Figure:
+    """A panel per column of ``columns``: per layer a bar of the column's values stacked by ``kind``."""
+    rows = _per_layer(df)
+    layers = sorted({int(v) for v in rows["layer"]})
+    fig = _new((3.8 * len(columns) + 1.2, 3.6))
+    axes = fig.subplots(1, len(columns), squeeze=False, sharey=True)[0]
+    for ax, column in zip(axes, columns, strict=True):
+        bottom = np.zeros(len(layers))
+        for name in dict.fromkeys(rows[kind]):
+            part = rows.filter(pl.col(kind) == name).sort("layer")
+            values = part[column].cast(pl.Float64).fill_null(0.0).to_numpy()
+            ax.bar(layers, values, bottom=bottom, label=str(name))
+            bottom += values
+        _layer_axes(ax, layers, label(column), axis)
+    axes[-1].legend(title=label(kind), fontsize=7, title_fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return fig
+
+
+def _lines(df: pl.DataFrame, label: Label, axis: str, x: str, *columns: str) -> Figure:
+    """A line of each of ``columns`` over ``x``."""
+    rows = _per_layer(df).filter(pl.col(x).is_not_null()).sort(x)
+    fig, ax = _axes((6, 4))
+    for column in columns:
+        ax.plot(rows[x], rows[column], marker="o", markersize=3, label=label(column))
+    ax.set_xlabel(label(x))
+    ax.set_ylabel(axis)
+    ax.legend(fontsize=7)
+    return fig
+
+
+def _tokens(df: pl.DataFrame, label: Label, axis: str, position: str, name: str, value: str) -> Figure:
+    """One input's ``value`` per layer (rows) and token (columns, at ``position``, named by ``name``)."""
+    layers = sorted({int(v) for v in df["layer"]})
+    tokens = df.select(position, name).unique(position).sort(position)
+    grid = np.zeros((len(layers), len(tokens)))
+    at = {int(p): i for i, p in enumerate(tokens[position])}
+    for row in df.iter_rows(named=True):
+        grid[layers.index(row["layer"]), at[row[position]]] = row[value]
+    fig, ax = _axes((max(5.0, 0.32 * len(tokens) + 2.0), 0.3 * len(layers) + 2.0))
+    image = ax.imshow(grid, cmap=VALUES_MAP, aspect="auto", origin="lower")
+    ax.set_xticks(range(len(tokens)), [str(t) for t in tokens[name]], rotation=90, fontsize=7)
+    ax.set_yticks(range(len(layers)), [str(v) for v in layers])
+    ax.set_ylabel("layer")
+    _colour_bar(image, ax, axis)
     return fig
 
 
@@ -439,6 +496,9 @@ DRAWN: dict[str, Callable[[Entry, pl.DataFrame, pl.DataFrame, Sequence[str]], Fi
     "curve": lambda e, df, heads, columns: _curve(heads, e.label, _axis(e, heads, columns[1]), *columns),
     "stacked": lambda e, df, heads, columns: _stacked(df, e.label, _axis(e, df, None), *columns),
     "hbars": lambda e, df, heads, columns: _hbars(df, e.label, _axis(e, df, columns[1]), *columns),
+    "shares": lambda e, df, heads, columns: _shares(df, e.label, _axis(e, df, None), *columns),
+    "lines": lambda e, df, heads, columns: _lines(df, e.label, _axis(e, df, None), *columns),
+    "tokens": lambda e, df, heads, columns: _tokens(df, e.label, _axis(e, df, columns[2]), *columns),
 }
 
 
