@@ -303,6 +303,11 @@ def ingest(
         f"run {result.run_id}: {result.n_examples} inputs, {result.n_skipped} skipped as longer than "
         f"--max-length, {result.n_edges:,} attention edges -> {result.store}"
     )
+    if result.n_no_rollout:
+        click.echo(
+            f"{result.n_no_rollout} input{'s were' if result.n_no_rollout > 1 else ' was'} too long for whole maps "
+            f"on this device (at most {result.longest_whole:,} pieces): read in blocks of rows, without a rollout"
+        )
     if result.n_text_unmatched:
         click.echo(
             f"'# text' does not hold the words in {result.n_text_unmatched} sentences: those are read as their words "

@@ -642,6 +642,10 @@ class Ingested:
     # of them, the words' pieces that are the tokenizer's unknown token (text it has no piece for); None: for a run
     # already present, and for a tokenizer without an unknown token of its own
     n_unknown: int | None = None
+    # --rollout: the inputs too long for their whole maps on the device, read in blocks of rows, without a rollout;
+    # None without --rollout, and for a run already present
+    n_no_rollout: int | None = None
+    longest_whole: int | None = None  # with n_no_rollout: the longest input whose maps fit whole (in pieces)
 
     @property
     def dropped_text(self) -> str | None:
@@ -740,9 +744,16 @@ def ingest(
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
         model_identity(model, random_init, seed or 0, overrides)
     result = run_ingest(checked, target, lm, settings, progress=progress, stage=stage)
+    no_rollout, whole = None, None
+    if settings.rollout != "none" and not result.already_present:
+        from atlas.ingestion.budget import budget_for, longest_whole
+
+        no_rollout = result.n_by_rows
+        whole = longest_whole(budget_for(resolve_device(device)), lm.n_layers * lm.n_heads) if no_rollout else None
     done = Ingested(
-        result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges
-    )
+        result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges,
+        n_no_rollout=no_rollout, longest_whole=whole,
+    )  # fmt: skip
     if result.already_present:
         return done
     said = summary(target, result.run_id, checked, result.n_examples, text, lm.tokenizer)

@@ -78,6 +78,7 @@ class IngestResult:
     n_examples: int
     n_skipped: int
     n_edges: int
+    n_by_rows: int = 0  # inputs too long for their whole maps, read in blocks of rows (no rollout)
 
 
 def _batches(examples: list[Example], n_attn: int, budget: int) -> Iterator[list[Example]]:
@@ -313,13 +314,19 @@ def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inpu
         yield block
 
 
-def _counts(examples: list[Example], rows: ChunkRows) -> dict[str, int]:
+def _counts(examples: list[Example], rows: ChunkRows, by_rows: int) -> dict[str, int]:
     return {
         "examples": sum(not e.skipped for e in examples),
         "skipped": sum(e.skipped for e in examples),
         "tokens": rows.n_tokens,
         "edges": rows.n_edges,
+        "by_rows": by_rows,
     }
+
+
+def _by_rows(chunk: _Chunk) -> int:
+    """The chunk's inputs read in blocks of rows (each alone in its batch)."""
+    return sum(batch.rows.by_rows is not None for batch in chunk.batches)
 
 
 def stage_chunk(
@@ -330,8 +337,9 @@ def stage_chunk(
     (``atlas.ingestion.ray_engine``)."""
     with tqdm(disable=True) as bar:
         ready = _prepare_chunk(lm, inputs, run_id, examples, settings, _budget(lm, settings))
+        by_rows = _by_rows(ready)
         rows = _run_chunk(lm, ready, settings, _Progress(bar))
-    counts = _counts(examples, rows)
+    counts = _counts(examples, rows, by_rows)
     _write_chunk(staging, chunk, rows.tables(), rows.dense, counts, done_marker(staging, chunk))
     return counts
 
@@ -374,7 +382,7 @@ def _stage_chunks(
     corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
-    totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0}
+    totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0, "by_rows": 0}
     inputs = Inputs.of(lm.tokenizer, lm.decoder, corpus.path)
     # A chunk's tables are written in a second thread. On a CPU the model's threads keep every core busy and anything
     # beside them stalls them: the writing overlaps only the reading and preparing of the next chunk (what needs no
@@ -420,8 +428,9 @@ def _stage_chunks(
                 if pending is not None and not background:  # read and prepared beside the last chunk's writing
                     with stage("waiting for the writers"):
                         pending.result()
+                by_rows = _by_rows(ready)
                 rows = _run_chunk(lm, ready, settings, progress)
-                counts = _counts(block, rows)
+                counts = _counts(block, rows, by_rows)
                 if pending is not None:
                     with stage("waiting for the writers"):
                         pending.result()
@@ -440,7 +449,7 @@ def _stage_chunks(
                 freeze()
                 pending = marking.submit(_mark_done, counts, marker, writes, lambda n=n_sent: progress.wrote(n))
             for key in totals:
-                totals[key] += counts[key]
+                totals[key] += counts.get(key, 0)  # by_rows: not in a chunk done before it was counted
         if pending is not None:
             with stage("waiting for the writers"):
                 pending.result()
@@ -551,4 +560,5 @@ def _stage_and_publish(
     }
     shutil.rmtree(staging / "done")
     store.publish(run_id, run_row, EXAMPLE_TABLES)  # the run is visible from here on
-    return IngestResult(run_id, False, totals["examples"], totals["skipped"], totals["edges"])
+    by_rows = totals.get("by_rows", 0)
+    return IngestResult(run_id, False, totals["examples"], totals["skipped"], totals["edges"], by_rows)

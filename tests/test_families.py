@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
+import norm_reference
 import numpy as np
 import polars as pl
 import pytest
@@ -323,6 +324,24 @@ def test_albert_heads_cannot_be_intervened_on_per_layer(built):
         lm.model(**batch)
 
 
+def _same_norms_and_rollout(sql, ex: int, model: torch.nn.Module, ids: list[int], want: np.ndarray) -> None:
+    """Input ``ex``'s value norms: every one positive, and those of a family the released computation is written for
+    (BERT, GPT-2, Llama's grouped-query attention: ``norm_reference``) equal to it within 1e-5 relative; its rollout
+    (every row, dense) equal to the released recurrence's over the eager maps ``want`` within 1e-6."""
+    layers, heads, n, _ = want.shape
+    rows = sql(f"SELECT layer, head, src_tok, value_norm FROM attn_rows WHERE example_id = {ex}").fetchnumpy()
+    norms = np.zeros((layers, heads, n))
+    norms[rows["layer"], rows["head"], rows["src_tok"]] = rows["value_norm"]
+    assert (norms > 0).all() and np.isfinite(norms).all()
+    if model.config.model_type in ("bert", "gpt2", "llama"):
+        reference = norm_reference.value_norms(model, torch.tensor([ids]))
+        np.testing.assert_allclose(norms, reference, rtol=1e-5)
+    got = np.zeros((layers, n, n))
+    roll = sql(f"SELECT layer, src_tok, dst_tok, weight FROM rollout WHERE example_id = {ex}").fetchnumpy()
+    got[roll["layer"], roll["src_tok"], roll["dst_tok"]] = roll["weight"]
+    np.testing.assert_allclose(got, norm_reference.rollout(want), atol=1e-6)
+
+
 # entries that answer only once another command has run, or that compare two runs: they refuse in one line
 NEEDS_MORE = {
     "ablation summary", "coreference heads", "fine-tuning change", "frame heads", "glue baselines",
@@ -340,7 +359,7 @@ def ud_sample(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_ud_sample_is_ingested_and_the_catalogue_answers(built, ud_sample, tmp_path, name):
     lm = load_model(str(built[name]))
-    make_store(tmp_path, ud_sample, lm, kept_mass=None)  # dense: every weight stored
+    make_store(tmp_path, ud_sample, lm, kept_mass=None, norms=True, rollout="all")  # dense: every weight stored
     st = atlas.open(tmp_path)
     sql = st.connection.sql
     assert sql("SELECT count(*), sum(n_skipped), sum(n_sentences) FROM runs").fetchone() == (1, 0, 4)
@@ -375,6 +394,7 @@ def test_the_ud_sample_is_ingested_and_the_catalogue_answers(built, ud_sample, t
             assert len(edges["weight"]) == want.shape[0] * want.shape[1] * n * (n + 1) // 2
         else:  # dense: every weight
             assert len(edges["weight"]) == want.size
+        _same_norms_and_rollout(sql, ex, model, ids, want)
         sink.append(want[:, :, :, 0].mean(axis=-1))  # Xiao et al.: attention to the first token, mean over rows
         rows = np.arange(n)
         prev = np.where(rows > 0, want[:, :, rows, np.maximum(rows - 1, 0)], 0).mean(axis=-1)

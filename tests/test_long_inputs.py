@@ -27,6 +27,7 @@ TABLES = {
     "attn_edges": "example_id, layer, head, src_tok, dst_tok",
     "attn_rows": "example_id, layer, head, src_tok",
     "word_rows": "example_id, layer, head, src_word",
+    "head_norms": "example_id, layer, head",
 }
 EXACT = {"example_id", "layer", "head", "src_tok", "dst_tok", "argmax_tok", "src_word", "dst_word", "from_word"}
 
@@ -82,8 +83,10 @@ def _same(whole, rows, sparse: bool) -> None:
                 np.testing.assert_allclose(got[column], want, atol=2e-6, rtol=1e-5, err_msg=where)
             elif column == "entropy":
                 np.testing.assert_allclose(got[column], want, rtol=2**-16, atol=1e-6, err_msg=where)
-            elif column == "received":
+            elif column in ("received", "value_norm"):  # float16's precision
                 np.testing.assert_allclose(got[column], want, rtol=2**-10, atol=1e-6, err_msg=where)
+            elif name == "head_norms":  # float32 sums of the rows
+                np.testing.assert_allclose(got[column], want, rtol=1e-5, atol=1e-6, err_msg=where)
             else:  # masses in steps of 1/2048, weights of 1/256
                 step = 2**-8 if "weight" in column else 2**-11
                 np.testing.assert_allclose(got[column], want, atol=step * 1.001, rtol=0, err_msg=where)
@@ -106,7 +109,7 @@ def test_every_family_reads_rows_as_its_whole_maps(tmp_path, corpus, monkeypatch
     folder = build(CASES[name], tmp_path / "model")
     lm = load_model(str(folder))
     for kept_mass in (0.9, None):
-        settings = {"kept_mass": kept_mass, "pack": "window", "max_length": 64}
+        settings = {"kept_mass": kept_mass, "pack": "window", "max_length": 64, "norms": True}
         make_store(tmp_path / f"whole-{kept_mass}", corpus, lm, **settings)
         with monkeypatch.context() as patch:
             blocks = _by_rows(patch, engine=engine)
@@ -118,7 +121,7 @@ def test_every_family_reads_rows_as_its_whole_maps(tmp_path, corpus, monkeypatch
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_embedded_model_reads_rows_as_its_whole_maps(tmp_path, corpus, model, monkeypatch, engine):
-    settings = {"pack": "window", "max_length": 128, "text": "written"}
+    settings = {"pack": "window", "max_length": 128, "text": "written", "norms": True}
     make_store(tmp_path / "whole", corpus, model, **settings)
     blocks = _by_rows(monkeypatch, block_weights=12 * 128 * 16, engine=engine)  # about 16 rows a block
     make_store(tmp_path / "rows", corpus, model, **settings)
