@@ -35,9 +35,10 @@ WITH per_input AS (
 ),
 both_ AS (
     SELECT p.example_id, p.layer, p.head, p.w_cls, p.w_sep, p.w_dot_comma,
-           h.norm_cls / p.n AS n_cls, h.norm_sep / p.n AS n_sep, h.norm_dot_comma / p.n AS n_dot_comma,
-           h.norm_total / p.n AS n_total,
-           h.share_cls / p.n AS s_cls, h.share_sep / p.n AS s_sep, h.share_dot_comma / p.n AS s_dot_comma
+           CAST(h.norm_cls AS DOUBLE) / p.n AS n_cls, CAST(h.norm_sep AS DOUBLE) / p.n AS n_sep,
+           CAST(h.norm_dot_comma AS DOUBLE) / p.n AS n_dot_comma, CAST(h.norm_total AS DOUBLE) / p.n AS n_total,
+           CAST(h.share_cls AS DOUBLE) / p.n AS s_cls, CAST(h.share_sep AS DOUBLE) / p.n AS s_sep,
+           CAST(h.share_dot_comma AS DOUBLE) / p.n AS s_dot_comma
     FROM per_input p
     JOIN head_norms h ON h.example_id = p.example_id AND h.layer = p.layer AND h.head = p.head
     WHERE h.run_id = $run

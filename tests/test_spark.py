@@ -115,7 +115,8 @@ def store(tmp_path_factory, model) -> tuple[Path, dict[str, str]]:
     _, sparse = make_store(root, ewt, model)
     _, coref = make_store(root, gum, model, pack="window", max_length=128)
     framenet = ingest(check_corpus(FRAMENET, "framenet"), Store(root), model, Settings(kept_mass=None), progress=False)
-    result = CliRunner().invoke(cli, ["ingest", "--corpus", str(ewt), "--store", str(root), "--dense", "--quiet"])
+    dense_ingest = ["ingest", "--corpus", str(ewt), "--store", str(root), "--dense", "--norms", "--rollout", "cls"]
+    result = CliRunner().invoke(cli, [*dense_ingest, "--quiet"])
     assert result.exit_code == 0, result.output
     with atlas.open(root) as st:
         dense = st.latest_run()
@@ -236,6 +237,10 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
         calls[name].append({"run": sparse})
     for name in ("cls attention by feature", "token to token", "head distances", "probe weights"):
         calls[name].append({"run": sparse})  # refused (sparse; not computed) or, probe weights, its train run
+    for name in ("norm-based attention", "weight-norm correlation", "attention rollout", "rollout attributions"):
+        calls[name].append({"run": sparse})  # refused: ingested without --norms and --rollout
+    calls["attention rollout"] += [{"token": "0"}, {"token": "last"}]  # the second refused: not kept
+    calls["rollout attributions"] += [{"example": 3}, {"example": 99}]  # the second refused: no such input
     calls["attention sink"] += [{"run": coref, "threshold": 0.5}, {"threshold": 1.5}]  # the second refused
     calls[BEST] = [{"min_count": 3, "poss_rule": False}, {"direction": "sideways"}]  # the defaults: the CLI test
     calls["coreference heads"] = [{"run": coref}, {}]
