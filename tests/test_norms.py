@@ -7,7 +7,11 @@ attention. Every family's value norms and rollout are checked in ``test_families
 
 from __future__ import annotations
 
+import shutil
+
+import duckdb
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
@@ -247,3 +251,42 @@ def test_an_input_read_by_rows_has_no_rollout_and_the_ingest_says_so(tmp_path, c
     st = atlas.open(tmp_path)
     assert st.connection.sql("SELECT count(*) FROM rollout").fetchone() == (0,)
     assert st.connection.sql("SELECT count(*) FROM attn_rows WHERE value_norm IS NULL").fetchone() == (0,)
+
+
+def _before_norms(root, run_id: str) -> None:
+    """Rewrite a run as the atlas wrote it before value norms and rollout: no value_norm, tokens.dot_comma,
+    runs.value_norms or runs.rollout columns, no head_norms or rollout tables, views of another schema."""
+    dropped = {"attn_rows": ["value_norm"], "tokens": ["dot_comma"], "runs": ["value_norms", "rollout"]}
+    for name in ("head_norms", "rollout"):
+        for folder in (root / "data" / run_id / name, root / "data" / ".schema" / name):
+            shutil.rmtree(folder)
+    for name, columns in dropped.items():
+        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
+            pq.write_table(pq.read_table(part).drop_columns(columns), part)
+    con = duckdb.connect(str(root / "atlas.duckdb"))
+    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
+    con.close()
+
+
+def test_a_store_written_before_them_answers_exports_and_compares(tmp_path, corpus, model):
+    root = tmp_path / "store"
+    _, old = make_store(root, corpus, model)
+    before = {name: atlas.open(root).query(name) for name in ("special tokens", "entropy", "attention sink")}
+    _before_norms(root, old)
+    st = atlas.open(root)
+    for name, answer in before.items():
+        assert st.query(name).equals(answer), name
+    for name in ("norm-based attention", "attention rollout"):
+        with pytest.raises(AtlasError, match=f"^run {old} keeps no attention rollout|^run {old} holds no value norms"):
+            st.query(name, run=old)
+    _, new = make_store(root, corpus, model, norms=True, rollout="cls")
+    st = atlas.open(root)
+    assert st.query("norm-based attention", run=new).height > 0
+    compared = st.query("special tokens", runs=[old, new])
+    assert compared.height == before["special tokens"].height
+    np.testing.assert_array_equal(compared[f"cls@{old}"].to_numpy(), compared[f"cls@{new}"].to_numpy())
+    out = tmp_path / "export"
+    counts = st.export(out, run=old, progress=False)
+    assert counts["rollout"] == counts["head_norms"] == 0 and counts["attn_rows"] > 0
+    rows = pq.read_table(out / "attn_rows.parquet")
+    assert rows.column("value_norm").null_count == rows.num_rows
