@@ -185,8 +185,8 @@ def cli() -> None:
 @click.option(
     "--norms",
     is_flag=True,
-    help="Also the norm-based statistics of each attention row (Kobayashi et al. 2020: the norm of what a head "
-    "passes on from each token, and the norm-weighted masses; attn_rows.value_norm, norm_*).",
+    help="Also the norm-based statistics (Kobayashi et al. 2020): the norm of what a head passes on from each token "
+    "(attn_rows.value_norm) and, per input and head, the norm-weighted masses of its rows (table head_norms).",
 )
 @click.option(
     "--rollout",
@@ -304,9 +304,11 @@ def ingest(
         f"--max-length, {result.n_edges:,} attention edges -> {result.store}"
     )
     if result.n_no_rollout:
+        longest = result.longest_rollout
+        has = "no input has one" if longest is None else f"the longest with one: {longest:,} pieces"
         click.echo(
             f"{result.n_no_rollout} input{'s were' if result.n_no_rollout > 1 else ' was'} too long for whole maps "
-            f"on this device (at most {result.longest_whole:,} pieces): read in blocks of rows, without a rollout"
+            f"on this device: read in blocks of rows, without a rollout ({has})"
         )
     if result.n_text_unmatched:
         click.echo(

@@ -645,7 +645,7 @@ class Ingested:
     # --rollout: the inputs too long for their whole maps on the device, read in blocks of rows, without a rollout;
     # None without --rollout, and for a run already present
     n_no_rollout: int | None = None
-    longest_whole: int | None = None  # with n_no_rollout: the longest input whose maps fit whole (in pieces)
+    longest_rollout: int | None = None  # with n_no_rollout: the longest input with a rollout (pieces; None: none)
 
     @property
     def dropped_text(self) -> str | None:
@@ -741,20 +741,20 @@ def ingest(
     # fail on bad input before loading anything
     checked = check_corpus(asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed)
     lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=settings.dtype, **overrides)
+    if settings.rollout == "cls" and lm.decoder:
+        raise AtlasError(
+            f"{arg('rollout', repr('cls'))}: {lm.name} is a decoder, whose first token attends only to itself (its "
+            f"rollout row is the same at every layer); use {arg('rollout', repr('last'))} or 'all'"
+        )
     if random_init:  # caches its serialised config: a re-run then finds the run without importing torch
         model_identity(model, random_init, seed or 0, overrides)
     result = run_ingest(checked, target, lm, settings, progress=progress, stage=stage)
-    no_rollout, whole = None, None
-    if settings.rollout != "none" and not result.already_present:
-        from atlas.ingestion.budget import budget_for, longest_whole
-
-        no_rollout = result.n_by_rows
-        whole = longest_whole(budget_for(resolve_device(device)), lm.n_layers * lm.n_heads) if no_rollout else None
+    no_rollout = result.n_by_rows if settings.rollout != "none" and not result.already_present else None
     done = Ingested(
         result.run_id, target.root, result.already_present, result.n_examples, result.n_skipped, result.n_edges,
-        n_no_rollout=no_rollout, longest_whole=whole,
+        n_no_rollout=no_rollout,
     )  # fmt: skip
     if result.already_present:
         return done
-    said = summary(target, result.run_id, checked, result.n_examples, text, lm.tokenizer)
+    said = summary(target, result.run_id, checked, result.n_examples, text, lm.tokenizer, bool(no_rollout))
     return Ingested(**{**done.__dict__, **said})

@@ -6,7 +6,8 @@ run on one corpus.
 After a warm-up ingest of the first sentences, ingests the corpus N times (default 3) by turns in each setting (plain,
 --norms, --rollout cls, --rollout all, --norms --rollout cls), each into a fresh store, and prints per setting the
 median wall and process CPU seconds, their ratios to the plain ingest's, and the store's bytes against the plain
-store's (the criteria: --norms at most 1.10 in time and 1.15 in bytes, --rollout cls at most 1.05 in time).
+store's (the limits set for them: --norms at most 1.10 in time and 1.15 in bytes, --rollout cls at most 1.05 in
+time).
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ keeps them until the last is in), and, for an input whose maps alone exceed that
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -28,11 +27,6 @@ class Budget:
         """Beside an accelerator, the weights whose rows are computed at once (atlas.ingestion.tensor_rows): half a
         block, since a batch's rows are computed while the next batch runs."""
         return self.block_weights // 2
-
-
-def longest_whole(budget: Budget, n_attn: int) -> int:
-    """The longest input whose maps (``n_attn``: layers x heads) fit the budget whole, not read in blocks of rows."""
-    return math.isqrt(budget.batch_weights // n_attn)
 
 
 def budget_for(device: torch.device) -> Budget:

@@ -4,11 +4,11 @@ input, layer and head the sums over the input's rows of what each row draws thro
 ``Σ_j α_ij ||f_h(x_j)||``, over the keys of each target kind and over every key, and of each row's share of it per
 kind (table head_norms).
 
-Per row these masses would cost the store about 2 bytes each (UD EWT dev, sparse: 19 % more for the three kinds and
-the total as shares in 1/256 steps, 36 % with self, previous and next); their sums per input and head are what the
-norm-based analyses read (the mean over an input's rows), exact, at a fifteenth of the rows. An edge's norm-weighted
-value is its weight times its destination's value_norm, and a row's norm-weighted mass to itself its to_self times its
-value_norm.
+Per row, each mass would be another float column of attn_rows as large as value_norm (UD EWT dev, sparse: 1.74
+bytes a row at 11 significant bits, 7.5 % of the store); their sums per input and head are what the norm-based
+analyses read (the mean over an input's rows), exact, in one row per input and head (UD EWT dev: 144,072 rows
+against attn_rows' 2,438,784; bench/RESULTS.md). An edge's norm-weighted value is its weight times its destination's
+value_norm, and a row's norm-weighted mass to itself its to_self times its value_norm.
 
 Computed where the maps are (on the device), from each layer's maps or each block of rows and the layer's value norms,
 with tensor operations in float32 (one product of the rows with the keys' norms per target), the sums over rows in
@@ -36,9 +36,9 @@ class NormRows:
     """A forward batch's norm-based statistics, fed each layer's value norms (``norms``) then its maps (``layer``) or
     its blocks of rows (``block``)."""
 
-    def __init__(self, n_layers: int, n_heads: int, lengths: Sequence[int], masks: np.ndarray) -> None:
+    def __init__(self, n_layers: int, lengths: Sequence[int], masks: np.ndarray) -> None:
         """``masks``: ``[batch, n_max, targets]``, each input's tokens of each target kind."""
-        self.lengths, self.n_heads = list(lengths), n_heads
+        self.lengths = list(lengths)
         self.masks = masks
         self._masks: torch.Tensor | None = None  # [batch, n_max, targets] float32, on the maps' device
         self.values: list[torch.Tensor | None] = [None] * n_layers  # [batch, heads, n] per layer, as they come

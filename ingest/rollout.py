@@ -62,11 +62,13 @@ class Rollout:
             return empty_columns(), counts
         index = torch.tensor(has, device=aug[0].device)
         q = torch.tensor([queries[b] for b in has], device=aug[0].device)
+        if len(has) < len(queries):
+            aug = [a[index] for a in aug]  # the inputs with a row
         rows = []
         for i in range(len(aug)):  # e_q aug_i ... aug_0
-            row = aug[i][index, q]
+            row = aug[i][torch.arange(len(has), device=q.device), q]
             for k in range(i - 1, -1, -1):
-                row = (row[:, None] @ aug[k][index])[:, 0]
+                row = (row[:, None] @ aug[k])[:, 0]
             rows.append(row)
         joint = torch.stack(rows, dim=1)  # [inputs with a row, layers, n]
         layers = len(aug)
@@ -81,18 +83,23 @@ class Rollout:
         return to_host({name: torch.cat(p) for name, p in parts.items()}), counts
 
     def _all(self, aug: list[torch.Tensor]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        joint = [aug[0]]
-        for a in aug[1:]:
-            joint.append(a @ joint[-1])
-        block = torch.stack(joint, dim=1)  # [batch, layers, n, n]
-        n = block.shape[-1]
-        valid = torch.arange(n, device=block.device) < torch.tensor(self.lengths, device=block.device)[:, None]
-        block = block * (valid[:, None, :, None] & valid[:, None, None, :])
-        argmax = block.max(dim=-1, keepdim=True).indices
-        rows, dst, weight = kept_edges(block, argmax, valid, *self.rule)
-        counts = torch.bincount(rows[:, 0], minlength=len(self.lengths))
-        columns = {"layer": rows[:, 1].to(LAYER), "src_tok": rows[:, 2].to(POSITION), "dst_tok": dst.to(POSITION),
-                   "weight": weight.float()}  # fmt: skip
+        """Every row, layer by layer (one ``joint_i`` at a time beside the last), in (input, layer, source,
+        destination) order."""
+        n = aug[0].shape[-1]
+        device = aug[0].device
+        valid = torch.arange(n, device=device) < torch.tensor(self.lengths, device=device)[:, None]
+        pairs = valid[:, :, None] & valid[:, None, :]
+        parts, joint = [], None
+        for layer, a in enumerate(aug):
+            joint = a if joint is None else a @ joint
+            block = (joint * pairs)[:, None]  # [batch, 1, n, n]
+            rows, dst, weight = kept_edges(block, block.max(dim=-1, keepdim=True).indices, valid, *self.rule)
+            parts.append((rows[:, 0], torch.full_like(dst, layer), rows[:, 2], dst, weight))
+        example, layer, src, dst, weight = (torch.cat(column) for column in zip(*parts, strict=True))
+        order = torch.argsort(example, stable=True)  # each input's rows, its layers in order
+        counts = torch.bincount(example, minlength=len(self.lengths))
+        columns = {"layer": layer[order].to(LAYER), "src_tok": src[order].to(POSITION),
+                   "dst_tok": dst[order].to(POSITION), "weight": weight[order].float()}  # fmt: skip
         host = to_host({**columns, "counts": counts})
         return {name: host[name] for name in columns}, host["counts"]
 

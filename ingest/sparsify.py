@@ -132,7 +132,7 @@ class BatchRows:
             self.arrays = CpuRows(batch)
         else:
             self.arrays = TensorRows(batch) if work_weights is None else TensorRows(batch, work_weights)
-        self.norm_rows = NormRows(n_layers, n_heads, lengths, masks) if norms else None
+        self.norm_rows = NormRows(n_layers, lengths, masks) if norms else None
         self.rollout = None
         if rollout != "none" and block_weights is None:
             cls = [_first(t["cls"]) if t else None for t in targets or [None] * len(lengths)]

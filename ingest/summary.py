@@ -10,11 +10,14 @@ from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.store import Store
 
 
-def summary(store: Store, run_id: str, corpus: CorpusInfo, n_examples: int, text: str, tokenizer: object) -> dict:
+def summary(
+    store: Store, run_id: str, corpus: CorpusInfo, n_examples: int, text: str, tokenizer: object, rollout_missed: bool
+) -> dict:
     """``Ingested``'s fields beyond the counts, for the run ``run_id`` of ``store`` (``n_examples``: its inputs;
     ``text``: what the model read, ``--text``): ``n_tokens``, ``n_unknown`` (None where the tokenizer has no unknown
-    token of its own: not counted where it is also its bos, eos, cls or sep, GPT-2's <|endoftext|>), and the
-    reader's own."""
+    token of its own: not counted where it is also its bos, eos, cls or sep, GPT-2's <|endoftext|>), the reader's
+    own, and where inputs read by rows have no rollout (``rollout_missed``), ``longest_rollout``: the longest input
+    that has one."""
     unknown = getattr(tokenizer, "unk_token_id", None)
     others = {getattr(tokenizer, f"{role}_token_id", None) for role in ("bos", "eos", "cls", "sep")}
     if unknown is None or unknown in others:
@@ -31,6 +34,10 @@ def summary(store: Store, run_id: str, corpus: CorpusInfo, n_examples: int, text
             return con.execute(sql, [run_id]).fetchone()[0]
 
         said = reader(corpus.fmt).summary(corpus, text, n_examples, count_examples)
+        if rollout_missed:
+            sql = ("SELECT max(n_tokens) FROM examples WHERE run_id = ? AND example_id IN "
+                   "(SELECT example_id FROM rollout WHERE run_id = ?)")  # fmt: skip
+            said["longest_rollout"] = con.execute(sql, [run_id, run_id]).fetchone()[0]
     finally:
         con.close()
     return {"n_tokens": n_tokens, "n_unknown": n_unknown, **said}

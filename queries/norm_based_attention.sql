@@ -17,6 +17,7 @@
 --   run [run]: run id (default: the latest run)
 -- needs: SELECT count(*) FROM runs WHERE run_id = $run AND value_norms
 --   else: run {run} holds no value norms: ingest again with --norms
+-- keys: layer, head, kind
 -- plot: shares kind weight share
 -- figure: per layer, the mean over heads of each kind's part of a token's attention, stacked: by weight (alpha)
 --   beside by norm (||alpha f(x)||, as a share of the row's whole)

@@ -3,8 +3,8 @@
 -- paper: Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", Section 3, Figures 3 and 4
 -- description: One input's attention rollout row, token by token and layer by layer: how much of the asked
 --   token's representation at each layer draws on each input token (see 'attention rollout' for the
---   recurrence and which rows a run keeps). token: cls (the input's first [CLS]/BOS), last (its last token),
---   a position (0 the first, -1 the last), or empty for the run's own row. A run that keeps every row as the
+--   recurrence and which rows a run keeps). token: cls (the input's [CLS]), last (its last token), a position
+--   (0 the first, -1 the last; a run of --rollout all), or empty for the run's own row. A run that keeps every row as the
 --   edges are (--rollout all, sparse) lists the kept tokens only. example: the input's example_id (from 0).
 -- parameters:
 --   run [run]: run id (default: the latest run)
@@ -16,14 +16,18 @@
 --   else: $token: expected cls, last, a position (0 the first, -1 the last) or nothing
 -- needs: SELECT count(*) FROM runs WHERE run_id = $run AND rollout IN ('all', CASE WHEN $token = '' THEN rollout ELSE $token END)
 --   else: run {run} keeps other rollout rows than those $token asks for: ingest again with --rollout all
+-- needs: SELECT ($token <> 'cls' OR EXISTS (SELECT 1 FROM tokens WHERE run_id = $run AND role = 'cls'))::INTEGER
+--   else: run {run}'s inputs have no [CLS] (a decoder's first token, its BOS, attends only to itself): ask $token
+--   as last or a position
 -- needs: SELECT count(*) FROM examples WHERE run_id = $run AND example_id = $example AND NOT skipped
 --   else: $example: run {run} has no input of that example_id that ran
+-- keys: layer, src_tok, tok_idx
 -- plot: tokens tok_idx piece weight
 -- figure: a layer x token heat map of the input's rollout row
 -- axis: share of the rollout row
 
 WITH firsts AS (
-    SELECT min(tok_idx) AS cls FROM tokens WHERE run_id = $run AND example_id = $example AND role IN ('cls', 'bos')
+    SELECT min(tok_idx) AS cls FROM tokens WHERE run_id = $run AND example_id = $example AND role = 'cls'
 ),
 asked AS (
     SELECT CASE

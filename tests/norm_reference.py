@@ -27,6 +27,10 @@ from scipy.stats import spearmanr
 # ---------------------------------------------------------------------------------------------------------------
 
 
+FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "distilbert",
+            "deberta-v2")  # the families the value vectors are found in here (by their modules' names)  # fmt: skip
+
+
 def _attention_parts(model) -> tuple[str, list[tuple[torch.nn.Module, torch.Tensor]], int, int, int]:
     """(family, [(value module, W_O as [hidden_out, heads*head_dim])] per layer, heads, kv heads, head_dim)."""
     config = model.config
@@ -36,12 +40,22 @@ def _attention_parts(model) -> tuple[str, list[tuple[torch.nn.Module, torch.Tens
         heads = config.num_attention_heads
         parts = [(lay.attention.self.value, lay.attention.output.dense.weight) for lay in base.encoder.layer]
         return family, parts, heads, heads, config.hidden_size // heads
-    if family == "llama":
+    if family in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi"):
         heads = config.num_attention_heads
         kv = getattr(config, "num_key_value_heads", None) or heads
         d = getattr(config, "head_dim", None) or config.hidden_size // heads
-        parts = [(lay.self_attn.v_proj, lay.self_attn.o_proj.weight) for lay in base.layers]
+        out = "dense" if family == "phi" else "o_proj"  # Phi names its output projection dense
+        parts = [(lay.self_attn.v_proj, getattr(lay.self_attn, out).weight) for lay in base.layers]
         return family, parts, heads, kv, d
+    if family == "distilbert":
+        heads = config.n_heads
+        parts = [(lay.attention.v_lin, lay.attention.out_lin.weight) for lay in base.transformer.layer]
+        return family, parts, heads, heads, config.dim // heads
+    if family == "deberta-v2":
+        heads = config.num_attention_heads
+        selfs = [lay.attention for lay in base.encoder.layer]
+        parts = [(a.self.value_proj, a.output.dense.weight) for a in selfs]
+        return family, parts, heads, heads, selfs[0].self.attention_head_size
     if family == "gpt2":
         heads = config.n_head
         # Conv1D keeps its weight as [in, out] (y = x @ W + b): the Linear-style W_O is c_proj.weight.T

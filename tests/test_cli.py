@@ -276,7 +276,7 @@ def test_queries_names_are_compact_and_fit_the_terminal():
         assert all(len(line) <= max(width, longest) for line in lines), width
         assert sorted(name for line in lines for name in re.split(r"\s{2,}", line)) == sorted(names)
     lines = _packed(names, 120).splitlines()
-    assert len(lines) <= len(names) / 3 and [line.split("  ")[0] for line in lines] == names[: len(lines)]
+    assert len(lines) <= -(-len(names) // 3) and [line.split("  ")[0] for line in lines] == names[: len(lines)]
 
 
 def test_queries_say_what_answers_on_a_store(store_dir, tmp_path, monkeypatch):

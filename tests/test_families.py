@@ -325,15 +325,16 @@ def test_albert_heads_cannot_be_intervened_on_per_layer(built):
 
 
 def _same_norms_and_rollout(sql, ex: int, model: torch.nn.Module, ids: list[int], want: np.ndarray) -> None:
-    """Input ``ex``'s value norms: every one positive, and those of a family the released computation is written for
-    (BERT, GPT-2, Llama's grouped-query attention: ``norm_reference``) equal to it within 1e-5 relative; its rollout
+    """Input ``ex``'s value norms: every one positive, and those of a family whose value vectors ``norm_reference``
+    finds (all but ALBERT's shared layers, ModernBERT's and Phi-3's fused projections) equal to its computation, the
+    released one, within 1e-5 relative; its rollout
     (every row, dense) equal to the released recurrence's over the eager maps ``want`` within 1e-6."""
     layers, heads, n, _ = want.shape
     rows = sql(f"SELECT layer, head, src_tok, value_norm FROM attn_rows WHERE example_id = {ex}").fetchnumpy()
     norms = np.zeros((layers, heads, n))
     norms[rows["layer"], rows["head"], rows["src_tok"]] = rows["value_norm"]
     assert (norms > 0).all() and np.isfinite(norms).all()
-    if model.config.model_type in ("bert", "gpt2", "llama"):
+    if model.config.model_type in norm_reference.FAMILIES:
         reference = norm_reference.value_norms(model, torch.tensor([ids]))
         np.testing.assert_allclose(norms, reference, rtol=1e-5)
     got = np.zeros((layers, n, n))

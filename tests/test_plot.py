@@ -139,6 +139,22 @@ def _answer(entry: Entry) -> pl.DataFrame:
         n = len(RELATIONS)
         frame = {label: RELATIONS, value: rng.random(n) * 100, baseline: rng.random(n) * 100}
         return pl.DataFrame({**frame, **dict(zip(tags, (["8-11"] * n, ["+1"] * n), strict=False))})
+    if kind == "shares":
+        kind_column, *values = columns
+        kinds = ["cls", "sep", "dot_comma", "other"]
+        rows = [(layer, head, k) for layer in range(1, 7) for head in [*range(1, 13), None] for k in kinds]
+        shares = {v: rng.dirichlet(np.ones(4), len(rows) // 4).ravel() for v in values}
+        return pl.DataFrame({"layer": [r[0] for r in rows], "head": [r[1] for r in rows],
+                             kind_column: [r[2] for r in rows], **shares})  # fmt: skip
+    if kind == "lines":
+        x, *values = columns
+        return pl.DataFrame({x: [*range(1, 7), None], **{v: rng.random(7) for v in values}})
+    if kind == "tokens":
+        position, name, value = columns
+        pieces = ["[CLS]", "read", "the", "entire", "article", ";", "there", "'", "s", "a", "punch", "##line", "[SEP]"]
+        rows = [(layer, i, piece) for layer in range(1, 7) for i, piece in enumerate(pieces)]
+        return pl.DataFrame({"layer": [r[0] for r in rows], position: [r[1] for r in rows],
+                             name: [r[2] for r in rows], value: rng.random(len(rows))})  # fmt: skip
     raise AssertionError(f"no made-up answer for a '{kind}' figure")
 
 
@@ -185,6 +201,31 @@ def test_every_figure_fits_and_speaks_words(name):
     raw = {c for c in df.columns if "_" in c}
     assert not raw & set(_words(fig)), (name, raw & set(_words(fig)))
     assert fig.get_suptitle() == f"{entry.name} ({entry.cited})" and RUN in fig.get_supxlabel()  # never cut
+
+
+def test_shares_lines_and_tokens_draw_the_layer_rows():
+    """A shares figure stacks each layer's kinds (the rows with head empty), one panel per value column; a lines
+    figure draws a line per column over the layers (not the all-layers row); a tokens figure a layer x token map."""
+    entry = _entry("shares kind weight share")
+    df = _answer(entry)
+    fig = figure(entry, df)
+    for ax, column in zip(fig.axes, ("weight", "share"), strict=True):
+        tops = np.zeros(6)
+        for container in ax.containers:
+            tops += [bar.get_height() for bar in container]
+        want = df.filter(pl.col("head").is_null()).group_by("layer").agg(pl.col(column).sum()).sort("layer")
+        np.testing.assert_allclose(tops, want[column].to_numpy())
+    entry = _entry("lines layer a b")
+    df = _answer(entry)
+    lines = figure(entry, df).axes[0].get_lines()
+    assert [list(line.get_xdata()) for line in lines] == [list(range(1, 7))] * 2
+    np.testing.assert_array_equal(lines[1].get_ydata(), df["b"][:6].to_numpy())
+    entry = _entry("tokens tok_idx piece weight")
+    df = _answer(entry)
+    ax = figure(entry, df).axes[0]
+    grid = ax.get_images()[0].get_array()
+    assert grid.shape == (6, 13) and grid[2, 4] == df.filter(layer=3, tok_idx=4)["weight"][0]
+    assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["[CLS]", "read"]
 
 
 def test_pattern_shares_caption_is_whole():

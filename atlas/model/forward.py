@@ -4,8 +4,8 @@ every layer, or each input's maps as arrays on the host."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 
 import numpy as np
 import torch
@@ -72,17 +72,8 @@ def stream_attention(
     def norms(values: torch.Tensor) -> None:
         each_norms(captured, values)
 
-    taking = _both(recording(take), each_norms and norming(norms))
+    taking = (recording(take), norming(norms) if each_norms else nullcontext())
     _to_the_last_layer(lm, kwargs, taking, lambda: captured)
-
-
-@contextmanager
-def _both(taking: AbstractContextManager, norms: AbstractContextManager | None) -> Iterator[None]:
-    with ExitStack() as stack:
-        stack.enter_context(taking)
-        if norms is not None:
-            stack.enter_context(norms)
-        yield
 
 
 class _Layers:
@@ -129,7 +120,7 @@ def stream_rows(
     def norms(values: torch.Tensor) -> None:
         each_norms(layers.layer, values)
 
-    taking = _both(reading_rows(layers), each_norms and norming(norms))
+    taking = (reading_rows(layers), norming(norms) if each_norms else nullcontext())
     _to_the_last_layer(lm, kwargs, taking, lambda: layers.layer + 1)
 
 
@@ -139,11 +130,15 @@ def _looked_ahead(lm: LoadedModel) -> AtlasError:
     )
 
 
-def _to_the_last_layer(lm: LoadedModel, kwargs: dict, taking: AbstractContextManager, taken: Callable[[], int]) -> None:
-    """Run the model while ``taking`` hands its attention on, until the last layer's is in (``_AllCaptured``);
+def _to_the_last_layer(
+    lm: LoadedModel, kwargs: dict, taking: Sequence[AbstractContextManager], taken: Callable[[], int]
+) -> None:
+    """Run the model while ``taking`` hand its attention on, until the last layer's is in (``_AllCaptured``);
     refuse a model that ends first (``taken``: the layers handed on)."""
     try:
-        with torch.inference_mode(), taking:
+        with torch.inference_mode(), ExitStack() as stack:
+            for context in taking:
+                stack.enter_context(context)
             lm.model(**kwargs)
     except _AllCaptured:
         return

@@ -19,8 +19,10 @@ from transformers.pytorch_utils import Conv1D
 
 from atlas.errors import AtlasError
 
-OWN = ("o_proj", "out_lin", "c_proj", "Wo", "dense")  # an attention module's output projection, by family
+_OWN = ("o_proj", "out_lin", "c_proj", "Wo", "dense")  # an attention module's output projection, by family
 _PARENTS: WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = WeakKeyDictionary()
+# each output projection's head Gram matrices, with the weight they were made of (its storage, version, dtype)
+_GRAMS: WeakKeyDictionary[torch.nn.Module, tuple[tuple, torch.Tensor]] = WeakKeyDictionary()
 
 
 def know_parents(model: torch.nn.Module) -> None:
@@ -33,7 +35,7 @@ def know_parents(model: torch.nn.Module) -> None:
 def output_projection(module: torch.nn.Module) -> torch.nn.Module:
     """The linear map (``Linear`` or GPT-2's ``Conv1D``) that takes the attention module's heads' outputs, concatenated,
     to the hidden size."""
-    for name in OWN:
+    for name in _OWN:
         found = getattr(module, name, None)
         if isinstance(found, torch.nn.Linear | Conv1D):
             return found
@@ -46,10 +48,17 @@ def output_projection(module: torch.nn.Module) -> torch.nn.Module:
 
 def head_grams(projection: torch.nn.Module, heads: int, dim: int) -> torch.Tensor:
     """Each head's ``W_O^h W_O^h^T`` ``[heads, dim, dim]`` in float32 (head h: inputs ``h * dim`` to
-    ``(h + 1) * dim`` of the projection)."""
-    weight = projection.weight.float()  # Linear: [out, in]; Conv1D: [in, out]
-    per_head = (weight if isinstance(projection, Conv1D) else weight.T).reshape(heads, dim, -1)
-    return per_head @ per_head.transpose(1, 2)
+    ``(h + 1) * dim`` of the projection), made once per weight (again where it changed)."""
+    weight = projection.weight
+    made = (weight.data_ptr(), weight._version, weight.dtype, weight.device, heads)
+    kept = _GRAMS.get(projection)
+    if kept is not None and kept[0] == made:
+        return kept[1]
+    as_float = weight.detach().float()  # Linear: [out, in]; Conv1D: [in, out]
+    per_head = (as_float if isinstance(projection, Conv1D) else as_float.T).reshape(heads, dim, -1)
+    grams = per_head @ per_head.transpose(1, 2)
+    _GRAMS[projection] = (made, grams)
+    return grams
 
 
 def value_norms(module: torch.nn.Module, value: torch.Tensor) -> torch.Tensor:
