@@ -12,7 +12,7 @@ float32: ``||v W_O^h||^2 = v G_h v^T``, so no ``[tokens, hidden]`` vector is mad
 
 from __future__ import annotations
 
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, ref
 
 import torch
 from transformers.pytorch_utils import Conv1D
@@ -20,7 +20,8 @@ from transformers.pytorch_utils import Conv1D
 from atlas.errors import AtlasError
 
 _OWN = ("o_proj", "out_lin", "c_proj", "Wo", "dense")  # an attention module's output projection, by family
-_PARENTS: WeakKeyDictionary[torch.nn.Module, torch.nn.Module] = WeakKeyDictionary()
+# each module's parent, held weakly both ways (a parent holds its children: a strong value would keep every model alive)
+_PARENTS: WeakKeyDictionary[torch.nn.Module, ref[torch.nn.Module]] = WeakKeyDictionary()
 # each output projection's head Gram matrices, with the weight they were made of (its storage, version, dtype)
 _GRAMS: WeakKeyDictionary[torch.nn.Module, tuple[tuple, torch.Tensor]] = WeakKeyDictionary()
 
@@ -29,7 +30,7 @@ def know_parents(model: torch.nn.Module) -> None:
     """Remember each module's parent, so that an attention module finds an output projection its parent holds."""
     for parent in model.modules():
         for child in parent.children():
-            _PARENTS[child] = parent
+            _PARENTS[child] = ref(parent)
 
 
 def output_projection(module: torch.nn.Module) -> torch.nn.Module:
@@ -39,7 +40,8 @@ def output_projection(module: torch.nn.Module) -> torch.nn.Module:
         found = getattr(module, name, None)
         if isinstance(found, torch.nn.Linear | Conv1D):
             return found
-    output = getattr(_PARENTS.get(module), "output", None)
+    parent = _PARENTS.get(module)
+    output = getattr(parent and parent(), "output", None)
     found = getattr(output, "dense", None)
     if isinstance(found, torch.nn.Linear):
         return found
