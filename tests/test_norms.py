@@ -91,6 +91,10 @@ def _answer(root, name: str, **params):
 
 
 def test_norm_based_attention_is_re_examine(dense, reference):
+    _same_norm_based_attention(dense, reference)
+
+
+def _same_norm_based_attention(root, reference) -> None:
     """weight and norm as re-examine.py averages them (per input the mean over its rows, then over inputs, then over
     a layer's heads), share (the project's own) as a share of each row's whole, the same way."""
     per_input = [reexamine(maps, norms, classes) for maps, norms, classes in reference]
@@ -102,7 +106,7 @@ def test_norm_based_attention_is_re_examine(dense, reference):
         whole = drawn.sum(axis=-1)
         shares.append({c: (drawn[..., m].sum(axis=-1) / whole).mean(axis=-1) for c, m in classes.items()})
     share = {c: np.mean([s[c] for s in shares], axis=0) for c in KINDS}
-    answer = _answer(dense, "norm-based attention")
+    answer = _answer(root, "norm-based attention")
     n_layers, n_heads = heads["cls"]["weight"].shape
     assert answer.height == n_layers * (n_heads + 1) * len(KINDS)
     for row in answer.iter_rows(named=True):
@@ -118,11 +122,17 @@ def test_norm_based_attention_is_re_examine(dense, reference):
 
 
 def test_weight_norm_correlation_is_the_released_spearman(dense, reference):
+    _same_correlation(dense, reference)
+
+
+def _same_correlation(root, reference, causal: bool = False) -> None:
+    """Spearman per layer and pooled over layers, as relation_between_alpha_fx.py pools the pairs (a decoder's: the
+    key at or before the query); mean ||f(x)|| per kind as re-examine.py, an input without the kind left out."""
     maps, norms, classes = zip(*reference, strict=True)
-    pairs = spearman_pairs(list(maps), list(norms))
+    pairs = spearman_pairs(list(maps), list(norms), causal=causal)
     per_input = [reexamine(m, f, c) for m, f, c in reference]
     fnorm = {k: np.nanmean(np.stack([r[k]["fnorm"] for r in per_input]), axis=0) for k in KINDS}  # [L, H]
-    answer = _answer(dense, "weight-norm correlation")
+    answer = _answer(root, "weight-norm correlation")
     assert answer["layer"].to_list() == [*range(1, len(pairs) + 1), None]
     for row in answer.iter_rows(named=True):
         if row["layer"] is None:
@@ -134,7 +144,10 @@ def test_weight_norm_correlation_is_the_released_spearman(dense, reference):
         assert row["pairs"] == len(x)
         assert row["spearman"] == pytest.approx(spearman(x, y), abs=1e-6)
         for column, value in want.items():
-            assert row[column] == pytest.approx(value, rel=1e-6), (row["layer"], column)
+            if np.isnan(value):  # no input has a token of the kind (a decoder's [SEP])
+                assert row[column] is None, (row["layer"], column)
+            else:
+                assert row[column] == pytest.approx(value, rel=1e-6), (row["layer"], column)
 
 
 def test_rollout_rows_are_compute_joint_attention(dense, reference):
@@ -167,9 +180,11 @@ def test_a_grouped_query_decoder_keeps_its_last_tokens_rollout_and_value_norms(t
     model = AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     st = atlas.open(tmp_path / "store")
     sql = st.connection.sql
-    lasts = []
-    for ex, (ids, _) in enumerate(_inputs(tmp_path / "store")):
+    lasts, reference = [], []
+    for ex, (ids, pieces) in enumerate(_inputs(tmp_path / "store")):
         maps = attention_maps(model, torch.tensor([ids]))
+        classes = token_classes(pieces, cls=lm.tokenizer.bos_token, sep=lm.tokenizer.eos_token)  # BOS: cls
+        reference.append((maps, value_norms(model, torch.tensor([ids])), classes))
         rows = sql(f"SELECT layer, head, src_tok, value_norm FROM attn_rows WHERE example_id = {ex}").fetchnumpy()
         got = np.zeros(maps.shape[:3])
         got[rows["layer"], rows["head"], rows["src_tok"]] = rows["value_norm"]
@@ -181,6 +196,8 @@ def test_a_grouped_query_decoder_keeps_its_last_tokens_rollout_and_value_norms(t
         lasts.append(joint[:, -1, :])
     summary = st.query("attention rollout")  # the run's own rows: the last token's
     np.testing.assert_allclose(summary["self"].to_numpy(), np.mean([r[:, -1] for r in lasts], axis=0), atol=1e-6)
+    _same_norm_based_attention(tmp_path / "store", reference)
+    _same_correlation(tmp_path / "store", reference, causal=True)
 
 
 def test_a_sparse_run_keeps_the_norms_at_their_stated_precision(tmp_path, corpus, model, dense):
