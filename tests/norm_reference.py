@@ -27,8 +27,11 @@ from scipy.stats import spearmanr
 # ---------------------------------------------------------------------------------------------------------------
 
 
-FAMILIES = ("bert", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi", "distilbert",
-            "deberta-v2")  # the families the value vectors are found in here (by their modules' names)  # fmt: skip
+# the families the value vectors are found in here (by their modules' names)
+FAMILIES = (
+    "bert", "roberta", "xlm-roberta", "electra", "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2",
+    "gemma3_text", "phi", "distilbert", "deberta-v2",
+)  # fmt: skip
 
 
 def _attention_parts(model) -> tuple[str, list[tuple[torch.nn.Module, torch.Tensor]], int, int, int]:
@@ -36,7 +39,7 @@ def _attention_parts(model) -> tuple[str, list[tuple[torch.nn.Module, torch.Tens
     config = model.config
     family = config.model_type
     base = model.base_model
-    if family == "bert":
+    if family in ("bert", "roberta", "xlm-roberta", "electra"):  # BERT's layout
         heads = config.num_attention_heads
         parts = [(lay.attention.self.value, lay.attention.output.dense.weight) for lay in base.encoder.layer]
         return family, parts, heads, heads, config.hidden_size // heads
