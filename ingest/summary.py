@@ -11,7 +11,13 @@ from atlas.store import Store
 
 
 def summary(
-    store: Store, run_id: str, corpus: CorpusInfo, n_examples: int, text: str, tokenizer: object, rollout_missed: bool
+    store: Store,
+    run_id: str,
+    corpus: CorpusInfo,
+    n_examples: int,
+    text: str,
+    tokenizer: object,
+    rollout_missed: bool = False,
 ) -> dict:
     """``Ingested``'s fields beyond the counts, for the run ``run_id`` of ``store`` (``n_examples``: its inputs;
     ``text``: what the model read, ``--text``): ``n_tokens``, ``n_unknown`` (None where the tokenizer has no unknown

@@ -1,6 +1,6 @@
 -- name: attention rollout
 -- aliases: rollout, joint attention, abnar zuidema, attention flow, quantifying attention flow, rollout shares
--- paper: Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", Section 3 (attention rollout)
+-- paper: Abnar & Zuidema 2020, "Quantifying Attention Flow in Transformers", Section 3, attention rollout
 -- description: Per layer, where a token's attention rollout lands, the mean over inputs: on the token itself
 --   (self), on the input's [CLS]/BOS (cls) and [SEP]/EOS (sep) tokens other than itself, and on every other
 --   token (words: a sparse run's shares are those of the kept weights). The rollout of layer l is row q of the joint attention through layers 1 to l, as their
