@@ -293,6 +293,7 @@ def checked(driver, origin: str) -> None:
 
 def test_in_a_browser(browser, server, store):
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     browser.get(server + "/entries")
@@ -309,7 +310,9 @@ def test_in_a_browser(browser, server, store):
 
     browser.get(server + "/examples")
     Select(browser.find_element(By.NAME, "deprel")).select_by_value("nsubj")
+    before = browser.find_element(By.TAG_NAME, "html")
     browser.find_element(By.CSS_SELECTOR, "form.search button").click()
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(before))  # the search's page, not the form's
     found = browser.find_elements(By.CSS_SELECTOR, ".table tbody tr")
     assert found and all(row.find_elements(By.TAG_NAME, "mark") for row in found)
     checked(browser, server)
