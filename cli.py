@@ -19,6 +19,7 @@ from atlas.cli_options import (
     file_format_option,
     format_option,
     limit_option,
+    numbers,
     out_option,
     quiet_option,
     run_option,
@@ -136,6 +137,23 @@ def cli() -> None:
 )
 @click.option("--count", type=click.IntRange(min=1), default=None, help="--format repeated: sequences [10].")
 @click.option(
+    "--haystack",
+    default=None,
+    help="--format needle: the haystack, a text file or 'random' (drawn from the model's vocabulary) [the shipped "
+    "WikiText-103 sample].",
+)
+@click.option(
+    "--lengths", default=None, help="--format needle: context lengths in pieces, separated by commas (64,128)."
+)
+@click.option(
+    "--depths",
+    default=None,
+    help="--format needle: where the needle goes, in percent of the context, separated by commas "
+    "[0,11,22,33,44,56,67,78,89,100].",
+)
+@click.option("--needle", default=None, help="--format needle: the needle's text [Wu et al.'s first needle].")
+@click.option("--question", default=None, help="--format needle: the question asked about --needle.")
+@click.option(
     "--kept-mass",
     default=0.9,
     show_default=True,
@@ -242,6 +260,11 @@ def ingest(
     sample_seed: int,
     length: int | None,
     count: int | None,
+    haystack: str | None,
+    lengths: str | None,
+    depths: str | None,
+    needle: str | None,
+    question: str | None,
     kept_mass: float,
     max_edges: int | None,
     dense: bool,
@@ -278,6 +301,11 @@ def ingest(
         sample_seed=given("sample_seed"),
         length=length,
         count=count,
+        haystack=haystack,
+        lengths=None if lengths is None else numbers("lengths", lengths),
+        depths=None if depths is None else numbers("depths", depths),
+        needle=needle,
+        question=question,
         kept_mass=given("kept_mass"),
         max_edges=max_edges,
         dense=dense,

@@ -19,6 +19,8 @@ CREATE TABLE runs (
     seed INTEGER,                -- seed of the random init
     n_layers SMALLINT,
     n_heads SMALLINT,
+    n_kv_heads SMALLINT,         -- key/value heads (grouped-query attention: fewer than n_heads); NULL in runs made
+                                 --   before the column: read it as n_heads
     corpus VARCHAR,              -- corpus file name
     corpus_sha256 VARCHAR,
     pack VARCHAR,                -- none | pair | window: how sentences were grouped into inputs
@@ -66,7 +68,15 @@ CREATE TABLE examples (
     n_tokens INTEGER,            -- word pieces including the special tokens
     n_words INTEGER,
     skipped BOOLEAN,             -- true: longer than max_length, not run (no tokens, words or attention)
-    label VARCHAR                -- task label or score of a GLUE example (--format glue), NULL for a treebank
+    label VARCHAR,               -- task label or score of a GLUE example (--format glue), NULL for a treebank
+    -- a needle probe's input (--format needle; NULL for every other format): Wu et al.'s needle in a haystack
+    context_length INTEGER,      -- the --lengths it was built for: prompt + continuation at most this many pieces
+    depth_percent INTEGER,       -- the --depths it was built for: where the needle went in the context, in percent
+    needle_start INTEGER,        -- tok_idx of the answer's span in the prompt, [needle_start, needle_end), as their
+    needle_end INTEGER,          --   find_needle_idx finds it (NULL: not found)
+    generated_start INTEGER,     -- tok_idx of the first token of the model's greedy continuation (the prompt ends before)
+    n_generated INTEGER,         -- tokens of the continuation (at most 50, the last a newline where one came)
+    needle_recall DOUBLE         -- ROUGE-1 recall of the answer by the continuation, x 100 (their filter: > 50)
 );
 
 -- One word piece or special token of an input.
@@ -220,6 +230,24 @@ CREATE TABLE rollout (
     src_tok INTEGER NOT NULL,    -- the token whose row it is
     dst_tok INTEGER NOT NULL,    -- the input token it draws on
     weight FLOAT NOT NULL        -- its share of the row (a row sums to 1, on a dense run)
+);
+
+-- The attention-distance profile: per input, layer and head, the attention mass of the input's rows (every token's)
+-- by query-key distance |src_tok - dst_tok| in powers of two, from the dense maps at ingest (exact on every run, for
+-- every input, whole or read by rows): (n - 1).bit_length() + 1 rows for an input of n tokens (14 for 4,097). The
+-- masses of an input's head sum to its n_tokens (each row sums to 1). float32 from float64 sums.
+CREATE TABLE attn_distance (
+    run_id VARCHAR NOT NULL,
+    example_id INTEGER NOT NULL,
+    layer SMALLINT NOT NULL,
+    head SMALLINT NOT NULL,
+    bucket TINYINT NOT NULL,     -- 0: distance 0 (the token itself); b >= 1: distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...)
+    mass FLOAT NOT NULL,         -- sum over the rows of the weights at those distances
+    distance FLOAT NOT NULL,     -- sum over the rows of weight * distance at those distances (mean distance: its sum / rows)
+    sink_1 FLOAT NOT NULL,       -- the part of mass to the input's first token (position 0)
+    sink_2 FLOAT NOT NULL,       -- ... to its first 2 tokens
+    sink_4 FLOAT NOT NULL,       -- ... to its first 4 tokens (StreamingLLM's attention sinks)
+    sink_8 FLOAT NOT NULL        -- ... to its first 8 tokens
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over

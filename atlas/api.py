@@ -667,6 +667,11 @@ def ingest(
     sample_seed: int | None = None,
     length: int | None = None,
     count: int | None = None,
+    haystack: str | os.PathLike[str] | None = None,
+    lengths: Sequence[int] | None = None,
+    depths: Sequence[int] | None = None,
+    needle: str | None = None,
+    question: str | None = None,
     kept_mass: float | None = None,
     max_edges: int | None = None,
     dense: bool = False,
@@ -690,10 +695,14 @@ def ingest(
     ``max_edges`` (default 6) or ``dense``; ``device``: auto, cpu, cuda or mps; ``task`` for ``format='glue'``;
     ``sample``/``sample_seed`` for ``format='text'``; ``format='repeated'`` takes no ``corpus``: ``count``
     (default 10) sequences of ``length`` (default 50) token ids drawn from the model's vocabulary with
-    ``sample_seed``, repeated once (see ``atlas.ingestion.readers.repeated``); ``text``: 'written' (each sentence as
-    written) or 'words' (its words joined by single spaces, Clark et al.'s input; see ``atlas.ingestion.align``);
-    ``word_rows``: 'mean' (a word's row of the word-level map is the mean of its pieces' rows) or 'first' (its first
-    piece's row, the released code's default); ``norms``: the norm-based statistics too (Kobayashi et al. 2020:
+    ``sample_seed``, repeated once (see ``atlas.ingestion.readers.repeated``); ``format='needle'`` takes no
+    ``corpus`` either: a needle in ``haystack`` (a text file, default the shipped WikiText-103 sample, or 'random')
+    at each of ``lengths`` and ``depths`` (percent), asked about with ``question`` (defaults: Wu et al.'s first
+    needle), with a decoder's own greedy answer appended (see ``atlas.ingestion.readers.needle``); ``text``:
+    'written' (each sentence as written) or 'words' (its words joined by single spaces, Clark et al.'s input; see
+    ``atlas.ingestion.align``); ``word_rows``: 'mean' (a word's row of the word-level map is the mean of its pieces'
+    rows) or 'first' (its first piece's row, the released code's default); ``norms``: the norm-based statistics too
+    (Kobayashi et al. 2020:
     what each head passes on, in norm: attn_rows.value_norm and table head_norms); ``rollout``: 'none', 'cls',
     'last' or 'all', the rows of the attention rollout kept in table rollout (Abnar & Zuidema 2020; see
     ``atlas.ingestion.rollout``); ``dtype``: the weights' dtype, 'auto' (bfloat16 on CUDA, float32 on the
@@ -709,7 +718,10 @@ def ingest(
     from atlas.ingestion.readers.base import CorpusOptions
     from atlas.ingestion.run_id import ingested_run
 
-    options = CorpusOptions(task, sample, sample_seed, length, count)
+    options = CorpusOptions(
+        task, sample, sample_seed, length, count, None if haystack is None else str(haystack),
+        None if lengths is None else tuple(lengths), None if depths is None else tuple(depths), needle, question,
+    )  # fmt: skip
     request = Asked(
         corpus=corpus, format=format, options=options, random_init=random_init, seed=seed, kept_mass=kept_mass,
         max_edges=max_edges, dense=dense, max_length=max_length, pack=pack, text=text, word_rows=word_rows,
@@ -730,6 +742,7 @@ def ingest(
     from atlas.ingestion.device import resolve_device
     from atlas.ingestion.pipeline import ingest as run_ingest
     from atlas.ingestion.summary import summary
+    from atlas.model.continuation import causal_lm, check_generates
     from atlas.model.identity import model_identity
     from atlas.model.load import load_model  # imports torch and the model code: seconds
 
@@ -739,8 +752,11 @@ def ingest(
     if overrides:  # a key the config has not is refused before the corpus is read
         model_identity(model, random_init, seed or 0, overrides)
     # fail on bad input before loading anything
-    checked = check_corpus(asked.corpus, asked.reader.name, given.task, given.sample, given.sample_seed)
-    lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=settings.dtype, **overrides)
+    checked = check_corpus(asked.corpus, asked.reader.name, options=given)
+    lm = load_model(model, random_init=random_init, seed=seed or 0, dtype=settings.dtype, **overrides,
+                    **({"auto_class": causal_lm()} if asked.reader.generates else {}))  # fmt: skip
+    if asked.reader.generates:
+        check_generates(lm, asked.reader.given)
     if settings.rollout == "cls" and lm.decoder:
         raise AtlasError(
             f"{arg('rollout', repr('cls'))}: {lm.name} is a decoder, whose first token attends only to itself (its "

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from atlas.checks import EMPTY_PATH
+from atlas.errors import AtlasError, arg
 from atlas.output import FILE_TABLE_ROWS, FORMATS, TABLE_ROWS
 
 
@@ -85,3 +86,11 @@ run_option = click.option(
     "--run", "run_id", multiple=True, callback=single_value, help="Run id (default: the latest run; see 'atlas runs')."
 )
 quiet_option = click.option("--quiet", is_flag=True, help="No progress bar.")
+
+
+def numbers(option: str, text: str) -> tuple[int, ...]:
+    """A list option's whole numbers, separated by commas ('64,128'); refused in one line where one is not."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.lstrip("-").isdigit() for p in parts):
+        raise AtlasError(f"{arg(option, repr(text))}: expected whole numbers separated by commas, e.g. 64,128")
+    return tuple(int(p) for p in parts)

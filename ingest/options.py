@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -110,7 +110,7 @@ def plan(asked: Asked) -> Plan:
     check_settings(settings)
     if options.sample is not None and options.sample < 1:
         raise AtlasError(f"{arg('sample', options.sample)}: expected 1 or more")
-    resolved = CorpusOptions(options.task, options.sample, options.sample_seed or 0, options.length, options.count)
+    resolved = replace(options, sample_seed=options.sample_seed or 0)
     return Plan(chosen, path, resolved, settings, overrides)
 
 

@@ -55,6 +55,8 @@ from atlas.ingestion.write import (
     write_table,
 )
 from atlas.model.capture import reads_rows
+from atlas.model.continuation import greedy_continuation
+from atlas.model.families import kv_heads
 from atlas.model.forward import stream_attention, stream_rows
 from atlas.model.kinds import END_ROLES, START_ROLES
 from atlas.model.load import LoadedModel
@@ -307,11 +309,21 @@ def done_marker(staging: Path, chunk: int) -> Path:
 def chunks(corpus: CorpusInfo, lm: LoadedModel, settings: Settings, inputs: Inputs) -> Iterator[list[Example]]:
     """The run's examples in chunks of ``settings.chunk_examples``, in corpus order: the unit of resumption,
     the same for every engine (chunk i is staged as part-i files and marked done by ``done_marker``)."""
-    sentences = read_aligned(corpus, lm.tokenizer, settings.max_length, text=settings.text)
+    continuing = _continuation(lm, inputs, settings) if reader(corpus.fmt).generates else None
+    sentences = read_aligned(corpus, lm.tokenizer, settings.max_length, text=settings.text, continue_with=continuing)
     inputs = replace(inputs, mode=settings.text)  # windows are tokenized as the sentences are
     examples = group_examples(sentences, settings.pack, settings.max_length, inputs, whole=reader(corpus.fmt).whole)
     while block := list(islice(examples, settings.chunk_examples)):
         yield block
+
+
+def _continuation(lm: LoadedModel, inputs: Inputs, settings: Settings) -> Callable:
+    """The model's greedy continuation of a text's pieces, laid out as the ingest lays them out (the template's
+    special tokens before the text first), on the ingest's device."""
+    form = inputs.template.form(1)
+    lead = [slot.token_id for slot in form[: next(i for i, slot in enumerate(form) if slot.text is not None)]]
+    device = resolve_device(settings.device)
+    return lambda pieces, new_tokens, stop: greedy_continuation(lm, lead, pieces, new_tokens, stop, device)
 
 
 def _counts(examples: list[Example], rows: ChunkRows, by_rows: int) -> dict[str, int]:
@@ -418,7 +430,9 @@ def _stage_chunks(
         progress = _Progress(bar)
         pending: Future | None = None
         # on an accelerator the next chunk is read and prepared while the model runs on this one
-        for chunk, block, counts, ready in read_ahead(read()) if background else read():
+        # the reading runs the model where the inputs end with its continuation: never beside its forward passes
+        ahead = background and not reader(corpus.fmt).generates
+        for chunk, block, counts, ready in read_ahead(read()) if ahead else read():
             marker = done_marker(staging, chunk)
             n_sent = sum(len(e.sentences) for e in block)
             if ready is None:  # done before: a resumed ingest's bar starts past it
@@ -535,6 +549,7 @@ def _stage_and_publish(
         "seed": lm.seed,
         "n_layers": lm.n_layers,
         "n_heads": lm.n_heads,
+        "n_kv_heads": kv_heads(lm.model.config, lm.n_heads),
         "corpus": corpus.name,
         "corpus_sha256": corpus.sha256,
         "pack": settings.pack,

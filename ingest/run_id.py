@@ -174,8 +174,8 @@ def ingested_run(
     Neither is hashed when no run of the store starts as this one's id would.
     """
     read = reader(fmt)  # a drawn corpus has no file: ``corpus`` is its name, its sha256 that of the name
-    if not data.is_dir() or read.takes_file and not corpus.is_file() and not corpus.is_dir():
-        return None
+    if not data.is_dir() or read.takes_file and not corpus.is_file() and not corpus.is_dir() or read.generates:
+        return None  # a needle probe's settings are not in its name: its run is found once the model is loaded
     try:
         check_options(read, CorpusOptions(task=task, sample=sample))
         info = read.info(corpus, CorpusOptions(task=task, sample=sample, sample_seed=sample_seed))

@@ -45,6 +45,7 @@ import torch
 
 from atlas.ingestion.block_rows import BlockRows
 from atlas.ingestion.cpu_rows import CpuBlockRows, CpuRows
+from atlas.ingestion.distance_rows import DistanceRows
 from atlas.ingestion.norm_rows import NormRows
 from atlas.ingestion.rollout import Rollout, empty_columns
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
@@ -133,6 +134,7 @@ class BatchRows:
         else:
             self.arrays = TensorRows(batch) if work_weights is None else TensorRows(batch, work_weights)
         self.norm_rows = NormRows(n_layers, lengths, masks) if norms else None
+        self.distances = DistanceRows(n_layers, lengths)
         self.rollout = None
         if rollout != "none" and block_weights is None:
             cls = [_first(t["cls"]) if t else None for t in targets or [None] * len(lengths)]
@@ -146,6 +148,7 @@ class BatchRows:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32; padded to the batch's longest input)."""
         if self.norm_rows is not None:
             self.norm_rows.layer(layer, attn)
+        self.distances.layer(layer, attn)
         if self.rollout is not None:
             self.rollout.layer(layer, attn)
         self.arrays.layer(layer, attn)
@@ -155,11 +158,12 @@ class BatchRows:
         rows)."""
         if self.norm_rows is not None:
             self.norm_rows.block(layer, start, probs)
+        self.distances.block(layer, start, probs)
         self.by_rows.rows(layer, start, probs)
 
-    def tables(self) -> tuple[Table, Table, Table, Table, Table]:
-        """The batch's edges, rows, word rows, rollout rows and head norms (every input's, input after input), once
-        every layer is in."""
+    def tables(self) -> tuple[Table, Table, Table, Table, Table, Table]:
+        """The batch's edges, rows, word rows, rollout rows, head norms and distance profiles (every input's, input
+        after input), once every layer is in."""
         stats, words, edges, counts = self.arrays.result()
         heads = Table(*_no_head_norms(len(self.lengths)))
         if self.norm_rows is not None:
@@ -174,6 +178,7 @@ class BatchRows:
             _kept_rows(_word_rows(words, self.word_keys), self.word_kept, self.n_layers * self.n_heads),
             rollout,
             heads,
+            Table(*self.distances.columns()),
         )
 
 
@@ -192,7 +197,7 @@ def batch_rows(
                       max_edges, causal, first_piece)  # fmt: skip
     for layer, attn in enumerate(maps):
         batch.layer(layer, attn)
-    edges, rows, words, _, _ = (table.split() for table in batch.tables())
+    edges, rows, words, *_ = (table.split() for table in batch.tables())
     return list(zip(edges, rows, words, strict=True))
 
 

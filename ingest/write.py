@@ -17,9 +17,10 @@ from atlas.ingestion.sparsify import Table
 from atlas.store import to_table, write_parquet
 
 EXAMPLE_TABLES = (
-    "examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows", "rollout", "head_norms"
+    "examples", "tokens", "words", "mentions", "frames", "attn_edges", "attn_rows", "word_rows", "rollout",
+    "head_norms", "attn_distance",
 )  # fmt: skip
-ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows", "rollout", "head_norms")
+ATTENTION_TABLES = ("attn_edges", "attn_rows", "word_rows", "rollout", "head_norms", "attn_distance")
 WRITERS = 2  # threads writing a chunk's tables (on a CPU, where the model's threads take the other cores)
 PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written as several files at once (PARTS)
 # at most, each by a writer thread of its own: the cores this process may use but two (the model's and the rows'),
@@ -30,6 +31,15 @@ PARTS = min(16, max(8, _CORES - 2))
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 SIGNIFICANT_BITS = ("entropy", "value_norm")
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
+
+
+def _first_tokens(lay: Layout) -> dict[int, int]:
+    """Each word's first token."""
+    first: dict[int, int] = {}
+    for t, w in enumerate(lay.token_word):
+        if w is not None:
+            first.setdefault(w, t)
+    return first
 
 
 def _mention_type(upos: str | None) -> str:
@@ -49,7 +59,7 @@ class ChunkRows:
     def add_skipped(self, ex: Example) -> None:
         self._example_row(ex, skipped=True)
 
-    def _example_row(self, ex: Example, skipped: bool) -> None:
+    def _example_row(self, ex: Example, skipped: bool, lay: Layout | None = None) -> None:
         row = self.lists["examples"]
         row["example_id"].append(ex.example_id)
         row["doc_id"].append(ex.doc_id)
@@ -60,10 +70,21 @@ class ChunkRows:
         row["n_words"].append(len(ex.words))
         row["skipped"].append(skipped)
         row["label"].append(ex.sentences[0].sentence.label)
+        facts = ex.sentences[0].sentence.needle  # a needle probe's input: every input of its run
+        if facts is None:
+            return
+        at = ({} if lay is None else _first_tokens(lay)).get  # a piece's word -> its token (None: not run)
+        row["context_length"].append(facts.length)
+        row["depth_percent"].append(facts.depth)
+        row["needle_start"].append(at(facts.needle_start))
+        row["needle_end"].append(None if facts.needle_end is None or lay is None else at(facts.needle_end - 1) + 1)
+        row["generated_start"].append(at(facts.generated_start))
+        row["n_generated"].append(facts.n_generated)
+        row["needle_recall"].append(facts.recall)
 
     def add(self, ex: Example, lay: Layout, pieces: list[str]) -> None:
         """An input's rows of every table but the attention tables (see ``add_attention``)."""
-        self._example_row(ex, skipped=False)
+        self._example_row(ex, skipped=False, lay=lay)
         self.n_tokens += len(lay.input_ids)
         toks = self.lists["tokens"]
         n = len(lay.input_ids)
@@ -231,8 +252,10 @@ def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bo
     split = statistics = delta = plain = None
     if name in ATTENTION_TABLES:
         floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-        # in a sparse run the entropy and the value norms keep 17 and 11 significant bits, the head norms all 24
-        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or name == "head_norms"]
+        # in a sparse run the entropy and the value norms keep 17 and 11 significant bits, the head norms and the
+        # distance profiles all 24
+        exact = name in ("head_norms", "attn_distance")
+        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or exact]
         statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
         delta = ["src_tok"] if name == "attn_edges" else []
         plain = [c for c in statistics if c != "run_id" and c not in delta]

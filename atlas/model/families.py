@@ -74,3 +74,9 @@ def family(config: PretrainedConfig, who: str | None = None) -> Family:
             f"attention is captured for {', '.join(FAMILIES)}"
         )
     return row
+
+
+def kv_heads(config: PretrainedConfig, n_heads: int) -> int:
+    """The model's key/value heads: fewer than its ``n_heads`` query heads under grouped-query attention (Llama,
+    Mistral, Qwen, Gemma: ``num_key_value_heads``), else as many."""
+    return getattr(config, "num_key_value_heads", None) or n_heads

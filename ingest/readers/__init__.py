@@ -15,6 +15,7 @@ from atlas.ingestion.readers.conllu import Conllu
 from atlas.ingestion.readers.framenet import FrameNet
 from atlas.ingestion.readers.glue import Glue
 from atlas.ingestion.readers.lines import Lines
+from atlas.ingestion.readers.needle import Needle
 from atlas.ingestion.readers.repeated import RepeatedTokens
 from atlas.ingestion.readers.text import Text
 
@@ -35,6 +36,7 @@ register(FrameNet())
 register(Text())
 register(Lines())
 register(RepeatedTokens())
+register(Needle())
 
 
 def names() -> tuple[str, ...]:

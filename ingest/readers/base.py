@@ -37,6 +37,11 @@ class CorpusOptions:
     sample_seed: int | None = None  # the seed of a draw
     length: int | None = None  # a drawn corpus's tokens per sequence
     count: int | None = None  # a drawn corpus's sequences
+    haystack: str | None = None  # a needle probe's haystack file, or 'random'
+    lengths: tuple[int, ...] | None = None  # a needle probe's context lengths
+    depths: tuple[int, ...] | None = None  # a needle probe's depths, in percent
+    needle: str | None = None  # a needle probe's needle
+    question: str | None = None  # and its question
 
     def given(self) -> list[str]:
         """The options given, in the order of the fields."""
@@ -62,6 +67,7 @@ class Reader(Protocol):
     takes_file: bool  # False: a corpus drawn from the model's vocabulary, named by its options (no --corpus)
     has_text: bool  # its sentences have a text the model reads (--text applies); False: pieces as drawn
     whole: bool  # an input holds whole examples (a pair longer than --max-length is skipped, never split)
+    generates: bool  # its inputs end with the model's own continuation (``pieces`` is given ``continue_with``)
     # the options it takes -> what is said where another format is given one: a template of {option} (the option),
     # {formats} (the formats that take it) and {given} (the format given)
     options: Mapping[str, str]
@@ -109,9 +115,15 @@ class Reader(Protocol):
         ...
 
     def pieces(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int
+        self,
+        info: CorpusInfo,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        continue_with: Callable[[list[int], int, frozenset[int]], list[int]] | None = None,
     ) -> Iterator[AlignedSentence]:
-        """A reader without text (``has_text`` False): its inputs as the tokenizer's pieces, in corpus order."""
+        """A reader without text (``has_text`` False): its inputs as the tokenizer's pieces, in corpus order;
+        ``continue_with`` (a reader that ``generates``): the model's greedy continuation of pieces, at most so many
+        new tokens, stopping after one of the stop ids."""
         ...
 
     def check_fits(
@@ -139,6 +151,7 @@ class FileReader:
     takes_file: ClassVar[bool] = True
     has_text: ClassVar[bool] = True
     whole: ClassVar[bool] = False
+    generates: ClassVar[bool] = False
     takes_folder: ClassVar[bool] = False  # the corpus may be a folder (FrameNet's lu/)
     options: ClassVar[Mapping[str, str]] = {}
 
@@ -184,7 +197,11 @@ class FileReader:
         raise NotImplementedError
 
     def pieces(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int
+        self,
+        info: CorpusInfo,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        continue_with: Callable[[list[int], int, frozenset[int]], list[int]] | None = None,
     ) -> Iterator[AlignedSentence]:
         raise ValueError(f"a {self.name} corpus has text: its sentences are aligned to the pieces")
 

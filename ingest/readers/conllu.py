@@ -56,6 +56,21 @@ class Mention:
     end: tuple[int, int]
 
 
+@dataclass(frozen=True)
+class NeedleFacts:
+    """A needle-in-a-haystack input (``--format needle``): its context length and depth (percent), the answer's
+    span [needle_start, needle_end) among its pieces (None: not found), where the model's continuation starts and
+    how long it is, and the continuation's ROUGE-1 recall of the answer (times 100)."""
+
+    length: int
+    depth: int
+    needle_start: int | None
+    needle_end: int | None
+    generated_start: int
+    n_generated: int
+    recall: float
+
+
 @dataclass
 class Sentence:
     index: int  # 0-based position in the corpus
@@ -69,6 +84,7 @@ class Sentence:
     text: str | None = None  # the sentence as written (None: known only as its words)
     spans: list[tuple[int, int]] | None = None  # each word's characters in text, [start, end); (k, k): none
     text_unmatched: bool = False  # CoNLL-U: its '# text' does not hold its words; text is their joined forms
+    needle: NeedleFacts | None = None  # a needle probe's input (--format needle)
 
 
 def _none(value: str) -> str | None:

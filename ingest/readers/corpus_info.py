@@ -22,6 +22,7 @@ class CorpusInfo:
     # framenet: the exemplar sentences Kovaleva et al.'s filters drop, by reason (``REASONS`` of its reader)
     dropped: tuple[tuple[str, int], ...] = field(default=(), compare=False)
     label: str = field(default="", compare=False)  # runs.corpus, as the reader names it (empty: the file's name)
+    probe: str = ""  # needle: the probe's settings, as JSON (atlas.ingestion.readers.needle.Probe)
 
     @property
     def name(self) -> str:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # light to import: a finished run is found by its settings wi
     from transformers import PreTrainedTokenizerBase
 
     from atlas.ingestion.align import AlignedSentence
+    from atlas.ingestion.readers.needle import Continue
 
 LENGTH = 50  # N: tokens drawn per sequence (TransformerLens's main demo: seq_len = 50)
 COUNT = 10  # K: sequences (TransformerLens's main demo: batch_size = 10)
@@ -191,7 +192,11 @@ class RepeatedTokens(FileReader):
         raise ValueError("a repeated-token corpus is read as pieces")
 
     def pieces(
-        self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int
+        self,
+        info: CorpusInfo,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        continue_with: Continue | None = None,
     ) -> Iterator[AlignedSentence]:
         return read_repeated(info, tokenizer, max_length)
 
