@@ -713,8 +713,8 @@ def sql(
     """Run read-only SQL over the store (one SELECT statement), given as STATEMENT, '-' (standard input) or -f FILE.
 
     Tables: runs, examples, tokens, words, mentions, frames, attn_edges, attn_rows, head_norms, rollout,
-    word_rows, head_pairs, head_scores, probes, task_models, ablations, attention_gradients, patterns (columns in
-    schema.sql).
+    attn_distance, word_rows, head_pairs, head_scores, probes, task_models, ablations, attention_gradients,
+    patterns (columns in schema.sql).
     Layers, heads and token and word positions are 0-based in the store; the catalogue's answers show
     layers and heads 1-based (layer-head), as the papers do. SQL may begin with '--' comments.
     """

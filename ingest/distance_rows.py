@@ -4,12 +4,12 @@ distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest dista
 rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the distance (the mean
 attention distance is exact from it: Dosovitskiy et al. 2021, Figure 7) and the part of the mass that goes to the
 input's first 1, 2, 4 and 8 tokens (StreamingLLM's attention sinks: a cache of the first S tokens and the last W
-keeps, for W a power of two, the buckets below W and the sink part of the others, exactly).
+keeps, for W = 2^k, the buckets 0 to k and the sink part of the others, exactly).
 
-Computed where the maps are (on the device) from each layer's maps or each block of rows: each row's weights laid
-out along its diagonals (one copy of the maps into a zero buffer, read with a stride one longer than its rows), the
-sums over rows of each diagonal in float64 (float32 on MPS), then gathered into buckets; the same for every row
-engine and for an input read by rows.
+Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them and
+no copy: the sums over rows of each diagonal (query - key), in float32 over at most 128 rows (a relative error of
+at most 128 x 2^-24, about 1e-5, and in practice 1e-7), then in float64 (float32 on MPS), then gathered into
+buckets; the same for every row engine and for an input read by rows.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from atlas.ingestion.row_batch import LAYER_TYPE
 SINKS = (1, 2, 4, 8)  # the first tokens whose part of each bucket's mass is kept (attn_distance.sink_<S>)
 COLUMNS = ("mass", "distance", *(f"sink_{s}" for s in SINKS))
 BUCKET_TYPE = np.int8  # attn_distance.bucket: TINYINT
+ROWS = 128  # rows whose weights are summed in float32 (each diagonal's at most 128), before the float64 sums
 
 
 def n_buckets(n: int) -> int:
@@ -38,17 +39,28 @@ def bucket_of(distance: torch.Tensor) -> torch.Tensor:
     return torch.frexp(distance.to(torch.float64)).exponent.long()
 
 
-def diagonal_sums(probs: torch.Tensor, start: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sums over rows of ``probs`` ``[batch, rows, n]`` (rows ``start`` on) of each diagonal, and each diagonal's
-    signed distance query - key (``[batch, n + rows + 1]`` and ``[n + rows + 1]``). Row i's weight of key j is put at
-    column r + j of a zero row of n + r (r rows): read with a stride of n + r + 1, column c of row i holds key
-    j = c - r + i, a diagonal; what a row reads past its end is the next row's zeros."""
-    batch, r, n = probs.shape
-    flat = probs.new_zeros(batch, r * (n + r) + r)
-    flat[:, : r * (n + r)].view(batch, r, n + r)[:, :, r:] = probs
-    sums = flat.view(batch, r, n + r + 1).sum(dim=1, dtype=exact_dtype(probs.device))
-    signed = start + r - torch.arange(n + r + 1, device=probs.device)
-    return sums, signed
+def diagonal_sums(probs: torch.Tensor, start: int, lengths: torch.Tensor) -> torch.Tensor:
+    """The sums over rows of ``probs`` ``[batch, heads, rows, n]`` (rows ``start`` on; an input's rows past its
+    ``lengths`` left out) of each diagonal, ``[batch * heads, n + rows - 1]``: column c holds the weights of the
+    block's row i and key j with i - j + n - 1 = c. Summed in the maps' float32 ``ROWS`` rows at a time, then in
+    float64 (float32 on MPS); the rows from the shortest input's end on, where some are padding, through a copy
+    without them (a batch of inputs of similar lengths: a small part of its rows)."""
+    batch, heads, r, n = probs.shape
+    device, exact = probs.device, exact_dtype(probs.device)
+    keys = torch.arange(n, device=device)
+    whole = int(min(max(int(lengths.min()) - start, 0), r))  # rows that are no input's padding
+    sums = torch.zeros(batch * heads, n + r - 1, dtype=exact, device=device)
+    bounds = [(lo, min(lo + ROWS, whole)) for lo in range(0, whole, ROWS)]
+    bounds += [(lo, min(lo + ROWS, r)) for lo in range(whole, r, ROWS)]
+    for lo, hi in bounds:
+        rows = probs[:, :, lo:hi]
+        if lo >= whole:
+            own = torch.arange(start + lo, start + hi, device=device) < lengths[:, None]  # [batch, rows]
+            rows = torch.where(own[:, None, :, None], rows, 0)
+        index = (torch.arange(lo, hi, device=device)[:, None] - keys + n - 1).reshape(-1)
+        part = torch.zeros(batch * heads, n + r - 1, dtype=probs.dtype, device=device)
+        sums += part.index_add_(1, index, rows.reshape(batch * heads, -1))
+    return sums
 
 
 class DistanceRows:
@@ -68,16 +80,18 @@ class DistanceRows:
         batch, heads, r, n = probs.shape
         device, exact = probs.device, exact_dtype(probs.device)
         position = torch.arange(start, start + r, device=device)
-        own = position < torch.tensor(self.lengths, device=device)[:, None]  # [batch, rows]: not padding
-        probs = torch.where(own[:, None, :, None], probs, 0).reshape(batch * heads, r, n)
-        sums, signed = diagonal_sums(probs, start)
+        lengths = torch.tensor(self.lengths, device=device)
+        sums = diagonal_sums(probs, start, lengths)
+        signed = start - n + 1 + torch.arange(n + r - 1, device=device)  # query - key of each column
         distance = signed.abs()
         buckets = bucket_of(distance).clamp(max=self.n_buckets - 1)  # a diagonal past every input's end holds 0
         out = torch.zeros(batch * heads, len(COLUMNS), self.n_buckets, dtype=exact, device=device)
         out[:, 0].index_add_(1, buckets, sums)
         out[:, 1].index_add_(1, buckets, sums * distance.to(exact))
-        first = probs[..., : SINKS[-1]].to(exact)  # [batch * heads, rows, keys]: the keys of the sinks
+        own = position < lengths[:, None]  # [batch, rows]: not padding
+        first = torch.where(own[:, None, :, None], probs[..., : SINKS[-1]], 0)  # the keys of the sinks
         k = first.shape[-1]
+        first = first.reshape(batch * heads, r, k).to(exact)
         sink_buckets = bucket_of((position[:, None] - torch.arange(k, device=device)).abs())  # [rows, keys]
         for column, sink in enumerate(SINKS, start=2):
             if sink <= k:

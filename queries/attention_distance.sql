@@ -51,7 +51,7 @@ local_ AS (
     FROM pooled
     GROUP BY layer, head
 )
-SELECT p.layer, p.head, avg(p.mean_distance) AS mean_distance,
+SELECT p.layer + 1 AS layer, p.head + 1 AS head, avg(p.mean_distance) AS mean_distance,
        CASE WHEN any_value(m.bucket) = 0 THEN 0 ELSE 2 ** (any_value(m.bucket) - 1) END::BIGINT AS median_from,
        (2 ** any_value(m.bucket) - 1)::BIGINT AS median_to,
        any_value(l.local) AS local

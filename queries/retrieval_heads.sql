@@ -44,8 +44,8 @@ heads AS (
     FROM runs, range(n_layers) l(layer), range(n_heads) h(head)
     WHERE run_id = $run
 )
-SELECT h.layer, h.head, coalesce(t.score, 0) / (SELECT count(*) FROM passed) AS retrieval_score,
-       (SELECT count(*) FROM passed) AS n_inputs
+SELECT h.layer + 1 AS layer, h.head + 1 AS head,
+       coalesce(t.score, 0) / (SELECT count(*) FROM passed) AS retrieval_score, (SELECT count(*) FROM passed) AS n_inputs
 FROM heads h
 LEFT JOIN hits t ON t.layer = h.layer AND t.head = h.head
 ORDER BY retrieval_score DESC, h.layer, h.head

@@ -67,7 +67,8 @@ layers AS (
     FROM kv
     GROUP BY layer
 )
-SELECT h.layer, h.head, h.kept_share, h.streaming, h.kv_head, k.kv_streaming, l.layer_cache,
+SELECT h.layer + 1 AS layer, h.head + 1 AS head, h.kept_share, h.streaming, h.kv_head + 1 AS kv_head, k.kv_streaming,
+       l.layer_cache,
        (SELECT avg(layer_cache) FROM layers) AS model_cache
 FROM heads h
 JOIN kv k ON k.layer = h.layer AND k.kv_head = h.kv_head

@@ -58,7 +58,8 @@ def test_a_reader_registered_in_one_line_ingests_and_answers(tmp_path: Path, reg
 
 
 def test_an_unknown_format_is_refused_naming_every_registered_one(registered: Reader) -> None:
-    with pytest.raises(AtlasError, match=r"one of conllu, glue, framenet, text, lines, repeated, word-per-line"):
+    every = r"one of conllu, glue, framenet, text, lines, repeated, needle, word-per-line"
+    with pytest.raises(AtlasError, match=every):
         reader("conll")
     assert format_help().endswith("; word-per-line: one word per line, a blank line between sentences.")
 

@@ -42,6 +42,7 @@ from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, ROOT, answer_or_refusal, cut_
 GLUE = ROOT / "samples" / "glue" / "RTE"
 FRAMENET = ROOT / "samples" / "framenet" / "lu"
 BEST = "best head per dependency relation"
+DECODER = ROOT / "samples" / "models" / "induction-2l"
 # pyspark's word on the pandas version, which the Arrow path it takes here never uses
 pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
 
@@ -115,6 +116,8 @@ def store(tmp_path_factory, model) -> tuple[Path, dict[str, str]]:
     _, sparse = make_store(root, ewt, model)
     _, coref = make_store(root, gum, model, pack="window", max_length=128)
     framenet = ingest(check_corpus(FRAMENET, "framenet"), Store(root), model, Settings(kept_mass=None), progress=False)
+    needle = atlas.api.ingest(None, str(DECODER), root, format="needle", haystack="random", lengths=[64],
+                              depths=[0, 100], progress=False).run_id  # fmt: skip
     dense_ingest = ["ingest", "--corpus", str(ewt), "--store", str(root), "--dense", "--norms", "--rollout", "cls"]
     result = CliRunner().invoke(cli, [*dense_ingest, "--quiet"])
     assert result.exit_code == 0, result.output
@@ -128,7 +131,7 @@ def store(tmp_path_factory, model) -> tuple[Path, dict[str, str]]:
     atlas.ablate(str(checkpoint), "RTE", str(GLUE), dev_limit=8, store=root)
     atlas.importance(str(checkpoint), "RTE", str(GLUE), train_limit=8, dev_limit=8, store=root)
     atlas.grads(str(checkpoint), task="RTE", data=str(GLUE), limit=4, store=root)
-    return root, {"sparse": sparse, "dense": dense, "coref": coref, "framenet": framenet.run_id}
+    return root, {"sparse": sparse, "dense": dense, "coref": coref, "framenet": framenet.run_id, "needle": needle}
 
 
 def _tiny_bert(path: Path) -> Path:
@@ -251,6 +254,9 @@ def _calls(runs: dict[str, str]) -> dict[str, list[dict[str, object]]]:
         calls[name] = [{"task": "RTE"}, {"task": "rte", "method": "mask"}, {"method": "mask"}]
     calls["head importance"] = [{"task": "RTE"}, {}]
     calls["pruning curve"].append({"model_run": "nope"})
+    calls["retrieval heads"] = [{"run": runs["needle"]}, {}]  # the second refused: no needle probe
+    calls["attention distance"].append({"run": runs["needle"]})
+    calls["streaming heads"] += [{"run": runs["needle"], "sink": 1, "window_size": 8}, {"window_size": 3}]
     return calls
 
 

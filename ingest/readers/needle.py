@@ -1,15 +1,16 @@
 """``--format needle``: the needle-in-a-haystack probe of retrieval heads (Wu et al. 2024), built as their released
 ``retrieval_head_detection.py`` builds it (nightdessert/Retrieval_Head).
 
-For each context length of ``--lengths`` and depth of ``--depths`` (percent), one input: the haystack's tokens cut to
-the length, the needle's tokens inserted at the depth (``insert_needle``: at ``int(len * depth / 100)``, moved back
-to just after a '.' token, a sentence boundary; at the end for 100), the context decoded to text, then
-"Based on the content of the book, Question: {question}\\nAnswer:" appended and the whole tokenized again; then the
-model's own greedy continuation (their ``decode``: up to 50 tokens, stopping after a newline token) appended to the
-input, so that one forward pass over prompt + continuation gives the attention each generated token saw. The
-needle's span is found in the prompt as their ``find_needle_idx`` finds the answer's (the first window of its
-length sharing more than 90 % of its distinct ids), and the response's ROUGE-1 recall of the answer (their success
-filter: > 50) is kept beside it (examples.needle_start, needle_end, generated_start, n_generated, needle_recall).
+For each context length of ``--lengths`` and depth of ``--depths`` (percent), one input: the haystack's tokens cut
+to the length, the needle's tokens inserted at the depth (``insert_needle``: at ``int(len * depth / 100)``, moved
+back to just after a token that is a '.', with or without a space before it: a sentence boundary; at the end for
+100), the context decoded to text, then "Based on the content of the book, Question: {question}\\nAnswer:" appended
+and the whole tokenized again; then the model's own greedy continuation (their ``decode``: up to 50 tokens, stopping
+after a newline token) appended to the input, so that one forward pass over prompt + continuation gives the
+attention each generated token saw. The needle's span is found in the prompt as their ``find_needle_idx`` finds the
+answer's (the first window of its length sharing more than 90 % of its distinct ids), and the response's ROUGE-1
+recall of the answer (their success filter: > 50) is kept beside it (examples.needle_start, needle_end,
+generated_start, n_generated, needle_recall).
 
 The haystack is any text file (``--haystack``; the shipped WikiText-103 test sample by default), read whole and
 repeated until long enough (their ``read_context_files``); the needle, question and answer default to the first
@@ -202,11 +203,19 @@ class Needle(FileReader):
     def check_fits(
         self, info: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int, model_limit: str
     ) -> None:
-        longest = max(Probe.of(info).lengths)
+        probe = Probe.of(info)
+        longest, shortest = max(probe.lengths), min(probe.lengths)
         if longest > max_length:
             limit = arg("max_length", max_length)
             said = f"{model_limit}'s longest input, {max_length} pieces" if model_limit else limit
             raise AtlasError(f"{arg('lengths', longest)}: longer than {said}")
+        build = _Random(probe, tokenizer) if str(info.path) == RANDOM else _Text(probe, info.path, tokenizer)
+        least = _n_special(tokenizer) + build.fixed() + build.new_tokens
+        if shortest < least:
+            raise AtlasError(
+                f"{arg('lengths', shortest)}: too short for the needle and the question ({build.fixed()} pieces), "
+                f"{build.new_tokens} new tokens and the template's special tokens: {least} pieces at least"
+            )
 
 
 def _n_special(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -255,10 +264,11 @@ class _Text:
         self.needle = tokenizer.encode(probe.needle, add_special_tokens=False)
         self.answer = tokenizer.encode(probe.answer, add_special_tokens=False)
         self.question = PROMPT.format(question=probe.question)
-        self.periods = set(tokenizer.encode(".", add_special_tokens=False))
+        texts = [tokenizer.decode([i]) for i in range(len(tokenizer))]
+        # a sentence's end: '.' with or without a space before it (their Llama ids: '.' and '▁.')
+        self.periods = {i for i, text in enumerate(texts) if text.strip() == "."}
         self.new_tokens = NEW_TOKENS
-        vocab = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        self.stop = frozenset(i for i, t in enumerate(vocab) if t is not None and tokenizer.decode([i]) == "\n")
+        self.stop = frozenset(i for i, text in enumerate(texts) if text == "\n")
 
     def prompt(self, room: int, depth: int) -> tuple[list[int], tuple[int | None, int | None]]:
         asked = len(self.tokenizer.encode(self.question, add_special_tokens=False))
@@ -275,6 +285,10 @@ class _Text:
         text = self.tokenizer.decode(tokens) + self.question
         prompt = self.tokenizer.encode(text, add_special_tokens=False)
         return prompt, find_needle(prompt, self.answer)
+
+    def fixed(self) -> int:
+        """The prompt's pieces besides the haystack's: the needle and the question."""
+        return len(self.needle) + len(self.tokenizer.encode(self.question, add_special_tokens=False))
 
     def recall(self, generated: list[int]) -> float:
         response = self.tokenizer.decode(generated, skip_special_tokens=True).strip()
@@ -303,6 +317,10 @@ class _Random:
         point = int(len(context) * depth / 100)
         tokens = context[:point] + self.needle + context[point:]
         return tokens + self.needle[:RANDOM_QUESTION], (point + RANDOM_QUESTION, point + len(self.needle))
+
+    def fixed(self) -> int:
+        """The prompt's pieces besides the haystack's: the needle and the question."""
+        return RANDOM_NEEDLE + RANDOM_QUESTION
 
     def recall(self, generated: list[int]) -> float:
         answer = " ".join(map(str, self.needle[RANDOM_QUESTION:]))
