@@ -232,18 +232,19 @@ CREATE TABLE rollout (
     weight FLOAT NOT NULL        -- its share of the row (a row sums to 1, on a dense run)
 );
 
--- The attention-distance profile: per input, layer and head, the attention mass of the input's rows (every token's)
--- by query-key distance |src_tok - dst_tok| in powers of two, from the dense maps at ingest (exact on every run, for
--- every input, whole or read by rows): (n - 1).bit_length() + 1 rows for an input of n tokens (14 for 4,097). The
--- masses of an input's head sum to its n_tokens (each row sums to 1). float32 from float64 sums.
+-- The attention-distance profile: per input, layer and head, the share of the attention of the input's rows (the
+-- mean over every token's row) by query-key distance |src_tok - dst_tok| in powers of two, from the dense maps at
+-- ingest (for every input, whole or read by rows): (n - 1).bit_length() + 1 rows for an input of n tokens (14 for
+-- 4,097). The masses of an input's head sum to 1. float32 on a dense run (from float64 sums); on a sparse run the
+-- masses and sinks are multiples of 2^-11 (as attn_rows' masses) and distance keeps 11 significant bits.
 CREATE TABLE attn_distance (
     run_id VARCHAR NOT NULL,
     example_id INTEGER NOT NULL,
     layer SMALLINT NOT NULL,
     head SMALLINT NOT NULL,
     bucket TINYINT NOT NULL,     -- 0: distance 0 (the token itself); b >= 1: distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...)
-    mass FLOAT NOT NULL,         -- sum over the rows of the weights at those distances
-    distance FLOAT NOT NULL,     -- sum over the rows of weight * distance at those distances (mean distance: its sum / rows)
+    mass FLOAT NOT NULL,         -- mean over the rows of their weight at those distances
+    distance FLOAT NOT NULL,     -- mean over the rows of weight * distance at those distances (summed: the mean distance)
     sink_1 FLOAT NOT NULL,       -- the part of mass to the input's first token (position 0)
     sink_2 FLOAT NOT NULL,       -- ... to its first 2 tokens
     sink_4 FLOAT NOT NULL,       -- ... to its first 4 tokens (StreamingLLM's attention sinks)

@@ -1,15 +1,16 @@
-"""The attention-distance profile of an ingest (table attn_distance): per input, layer and head, the attention mass
-of the input's rows by query-key distance |i - j| in powers of two, bucket 0 for distance 0 and bucket b for
-distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest distance: (n - 1).bit_length() + 1
-rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the distance (the mean
-attention distance is exact from it: Dosovitskiy et al. 2021, Figure 7) and the part of the mass that goes to the
-input's first 1, 2, 4 and 8 tokens (StreamingLLM's attention sinks: a cache of the first S tokens and the last W
-keeps, for W = 2^k, the buckets 0 to k and the sink part of the others, exactly).
+"""The attention-distance profile of an ingest (table attn_distance): per input, layer and head, the share of the
+attention of the input's rows (the mean over them) by query-key distance |i - j| in powers of two, bucket 0 for
+distance 0 and bucket b for distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest distance: (n
+- 1).bit_length() + 1 rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the
+distance (the mean attention distance is exact from it, their sum: Dosovitskiy et al. 2021, Figure 7) and the part
+of the mass that goes to the input's first 1, 2, 4 and 8 tokens (StreamingLLM's attention sinks: a cache of the
+first S tokens and the last W keeps, for W = 2^k, the buckets 0 to k and the sink part of the others, exactly).
 
 Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them and
 no copy: the sums over rows of each diagonal (query - key), in float32 over at most 128 rows (a relative error of
 at most 128 x 2^-24, about 1e-5, and in practice 1e-7), then in float64 (float32 on MPS), then gathered into
-buckets; the same for every row engine and for an input read by rows.
+buckets; the same for every row engine and for an input read by rows. Stored in float32 on a dense run; on a sparse
+one the shares as the row masses are, to 2^-11, and the distances to 11 significant bits (``sparsify``).
 """
 
 from __future__ import annotations
@@ -103,11 +104,12 @@ class DistanceRows:
         self.sums[layer] = out if start == 0 else self.sums[layer] + out
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
-        """attn_distance's rows (layer, head, bucket and ``COLUMNS``), input after input, each in (layer, head,
-        bucket) order, and each input's number of them."""
+        """attn_distance's rows (layer, head, bucket and ``COLUMNS``: the means over each input's rows, float32),
+        input after input, each in (layer, head, bucket) order, and each input's number of them."""
         sums = torch.stack(self.sums, dim=1)  # [batch, layers, heads, columns, buckets]
         self.sums = [None] * len(self.sums)
-        host = to_host({"sums": sums.float()})["sums"]
+        rows = torch.tensor(self.lengths, dtype=sums.dtype, device=sums.device)
+        host = to_host({"means": (sums / rows[:, None, None, None, None]).float()})["means"]
         batch, layers, heads = host.shape[:3]
         columns: dict[str, list[np.ndarray]] = {name: [] for name in ("layer", "head", "bucket", *COLUMNS)}
         counts = np.zeros(batch, dtype=np.int64)

@@ -45,7 +45,7 @@ import torch
 
 from atlas.ingestion.block_rows import BlockRows
 from atlas.ingestion.cpu_rows import CpuBlockRows, CpuRows
-from atlas.ingestion.distance_rows import DistanceRows
+from atlas.ingestion.distance_rows import SINKS, DistanceRows
 from atlas.ingestion.norm_rows import NormRows
 from atlas.ingestion.rollout import Rollout, empty_columns
 from atlas.ingestion.row_batch import LAYER_TYPE, POSITION_TYPE, RowBatch
@@ -178,7 +178,7 @@ class BatchRows:
             _kept_rows(_word_rows(words, self.word_keys), self.word_kept, self.n_layers * self.n_heads),
             rollout,
             heads,
-            Table(*self.distances.columns()),
+            _distances(self.distances.columns(), self.sparse),
         )
 
 
@@ -222,6 +222,17 @@ def _round(stats: dict[str, np.ndarray], words: dict[str, np.ndarray], sparse: b
         if sparse:
             norm = ((norm.view(np.int32) + NORM_ROUND // 2) & -NORM_ROUND).view(np.float32)
         stats["value_norm"] = norm
+
+
+def _distances(table: tuple[Columns, np.ndarray], sparse: bool) -> Table:
+    """attn_distance's rows at the stored precision: float32 in the dense setting; in the sparse one the shares as the
+    row masses are (multiples of MASS_STEP) and the mean distance to 11 significant bits (as the value norms)."""
+    columns, counts = table
+    if sparse:
+        for name in ("mass", *(f"sink_{s}" for s in SINKS)):
+            columns[name] = _fixed(columns[name], MASS_STEP).astype(np.float32)
+        columns["distance"] = ((columns["distance"].view(np.int32) + NORM_ROUND // 2) & -NORM_ROUND).view(np.float32)
+    return Table(columns, counts)
 
 
 def _first(mask: np.ndarray) -> int | None:

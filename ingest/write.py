@@ -29,7 +29,7 @@ PART_ROWS = 4_000_000  # beside an accelerator: a table of more rows is written 
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PARTS = min(16, max(8, _CORES - 2))
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
-SIGNIFICANT_BITS = ("entropy", "value_norm")
+SIGNIFICANT_BITS = ("entropy", "value_norm", "distance")  # floats of a sparse run with their own precision
 ATTENTION_KEYS = ("run_id", "example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
 
@@ -252,10 +252,9 @@ def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bo
     split = statistics = delta = plain = None
     if name in ATTENTION_TABLES:
         floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-        # in a sparse run the entropy and the value norms keep 17 and 11 significant bits, the head norms and the
-        # distance profiles all 24
-        exact = name in ("head_norms", "attn_distance")
-        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or exact]
+        # in a sparse run the entropy, the value norms and the mean distances keep 17, 11 and 11 significant bits,
+        # the head norms all 24
+        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or name == "head_norms"]
         statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
         delta = ["src_tok"] if name == "attn_edges" else []
         plain = [c for c in statistics if c != "run_id" and c not in delta]

@@ -7,8 +7,9 @@
 --   same; median_from and median_to: the distances of the bucket where the head's attention, pooled over
 --   every row, passes half its mass (buckets in powers of two: 0, 1, 2-3, 4-7, ...); local: the share of its
 --   attention within distance 1 (the token itself and its neighbours). In a decoder a key is never after its
---   query. From table attn_distance (the dense maps summed at ingest): exact on every run, for every input,
---   whole or read by rows. Dosovitskiy et al. find some heads attending globally from the lowest layers and
+--   query. From table attn_distance (the dense maps summed at ingest, for every input, whole or read by
+--   rows): exact on a dense run; on a sparse run each bucket's share is stored to 1/2048 and its distance to
+--   11 significant bits. Dosovitskiy et al. find some heads attending globally from the lowest layers and
 --   the mean distance growing with depth.
 -- parameters:
 --   run [run]: run id (default: the latest run)
@@ -21,17 +22,17 @@
 -- axis: mean attention distance (tokens)
 
 WITH per_input AS (
-    SELECT d.example_id, d.layer, d.head, sum(d.distance::DOUBLE) / e.n_tokens AS mean_distance
+    SELECT example_id, layer, head, sum(distance::DOUBLE) AS mean_distance
+    FROM attn_distance
+    WHERE run_id = $run
+    GROUP BY example_id, layer, head
+),
+pooled AS (  -- every row of every input: each input's shares weighed by its rows
+    SELECT d.layer, d.head, d.bucket, sum(d.mass::DOUBLE * e.n_tokens) AS mass
     FROM attn_distance d
     JOIN examples e ON e.run_id = $run AND e.example_id = d.example_id
     WHERE d.run_id = $run
-    GROUP BY d.example_id, d.layer, d.head, e.n_tokens
-),
-pooled AS (
-    SELECT layer, head, bucket, sum(mass::DOUBLE) AS mass
-    FROM attn_distance
-    WHERE run_id = $run
-    GROUP BY layer, head, bucket
+    GROUP BY d.layer, d.head, d.bucket
 ),
 cumulative AS (
     SELECT layer, head, bucket, mass,

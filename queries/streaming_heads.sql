@@ -11,8 +11,8 @@
 --   holding sink + window tokens and the others all; model_cache: the same over every layer. In an
 --   encoder the window reaches `window_size` - 1 tokens on either side. From table attn_distance (the dense
 --   maps summed at ingest by distance in powers of two, with the part to the first 1, 2, 4 and 8 tokens):
---   exact on every run, whence `window_size` a power of two and `sink` one of 0, 1, 2, 4, 8. With
---   `window_size` at least the longest input every head keeps 1.
+--   exact on a dense run (on a sparse one each bucket's shares to 1/2048), whence `window_size` a power of two
+--   and `sink` one of 0, 1, 2, 4, 8. With `window_size` at least the longest input every head keeps 1.
 -- parameters:
 --   run [run]: run id (default: the latest run)
 --   sink: the first tokens the cache keeps: 0, 1, 2, 4 or 8 (default: 4)
@@ -43,11 +43,10 @@ per_input AS (
                    WHEN d.bucket <= round(log2($window_size::DOUBLE)) THEN d.mass::DOUBLE
                    ELSE CASE $sink WHEN 0 THEN 0 WHEN 1 THEN d.sink_1 WHEN 2 THEN d.sink_2 WHEN 4 THEN d.sink_4
                                    ELSE d.sink_8 END::DOUBLE
-               END) / e.n_tokens AS kept
+               END) AS kept
     FROM attn_distance d
-    JOIN examples e ON e.run_id = $run AND e.example_id = d.example_id
     WHERE d.run_id = $run
-    GROUP BY d.example_id, d.layer, d.head, e.n_tokens
+    GROUP BY d.example_id, d.layer, d.head
 ),
 heads AS (
     SELECT p.layer, p.head, avg(p.kept) AS kept_share, avg(p.kept) >= $keep AS streaming,
