@@ -245,10 +245,8 @@ CREATE TABLE attn_distance (
     bucket TINYINT NOT NULL,     -- 0: distance 0 (the token itself); b >= 1: distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...)
     mass FLOAT NOT NULL,         -- mean over the rows of their weight at those distances
     distance FLOAT NOT NULL,     -- mean over the rows of weight * distance at those distances (summed: the mean distance)
-    sink_1 FLOAT NOT NULL,       -- the part of mass to the input's first token (position 0)
-    sink_2 FLOAT NOT NULL,       -- ... to its first 2 tokens
-    sink_4 FLOAT NOT NULL,       -- ... to its first 4 tokens (StreamingLLM's attention sinks)
-    sink_8 FLOAT NOT NULL        -- ... to its first 8 tokens
+    sink_1 FLOAT NOT NULL,       -- the part of mass to the input's first token (position 0: a BOS, a [CLS])
+    sink_4 FLOAT NOT NULL        -- ... to its first 4 tokens (StreamingLLM's attention sinks)
 );
 
 -- One word-level attention row (Clark et al.: TO a split word = sum over its pieces, FROM = mean over

@@ -3,7 +3,7 @@ attention of the input's rows (the mean over them) by query-key distance |i - j|
 distance 0 and bucket b for distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest distance: (n
 - 1).bit_length() + 1 rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the
 distance (the mean attention distance is exact from it, their sum: Dosovitskiy et al. 2021, Figure 7) and the part
-of the mass that goes to the input's first 1, 2, 4 and 8 tokens (StreamingLLM's attention sinks: a cache of the
+of the mass that goes to the input's first token and first 4 tokens (a BOS; StreamingLLM's 4 attention sinks: a cache of the
 first S tokens and the last W keeps, for W = 2^k, the buckets 0 to k and the sink part of the others, exactly).
 
 Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them and
@@ -24,7 +24,7 @@ from atlas.ingestion.device import exact_dtype
 from atlas.ingestion.host_copy import to_host
 from atlas.ingestion.row_batch import LAYER_TYPE
 
-SINKS = (1, 2, 4, 8)  # the first tokens whose part of each bucket's mass is kept (attn_distance.sink_<S>)
+SINKS = (1, 4)  # the first tokens whose part of each bucket's mass is kept (attn_distance.sink_<S>)
 COLUMNS = ("mass", "distance", *(f"sink_{s}" for s in SINKS))
 BUCKET_TYPE = np.int8  # attn_distance.bucket: TINYINT
 ROWS = 128  # rows whose weights are summed in float32 (each diagonal's at most 128), before the float64 sums

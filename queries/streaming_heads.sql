@@ -10,20 +10,20 @@
 --   (keys and values) the layer keeps at a context of `length` tokens, its streaming key/value heads
 --   holding sink + window tokens and the others all; model_cache: the same over every layer. In an
 --   encoder the window reaches `window_size` - 1 tokens on either side. From table attn_distance (the dense
---   maps summed at ingest by distance in powers of two, with the part to the first 1, 2, 4 and 8 tokens):
+--   maps summed at ingest by distance in powers of two, with the part to the first token and the first 4):
 --   exact on a dense run (on a sparse one each bucket's shares to 1/2048), whence `window_size` a power of two
---   and `sink` one of 0, 1, 2, 4, 8. With `window_size` at least the longest input every head keeps 1.
+--   and `sink` 0, 1 or 4. With `window_size` at least the longest input every head keeps 1.
 -- parameters:
 --   run [run]: run id (default: the latest run)
---   sink: the first tokens the cache keeps: 0, 1, 2, 4 or 8 (default: 4)
+--   sink: the first tokens the cache keeps: 0, 1 or 4 (default: 4)
 --   window_size: the last tokens up to the query the cache keeps, a power of two (default: 64)
 --   keep: a head is streaming when the cache keeps at least this share of its attention (default: 0.95)
 --   length: the context length at which layer_cache and model_cache are counted (default: 32768)
 -- needs: SELECT count(*) FROM attn_distance WHERE run_id = $run
 --   else: run {run} holds no attention-distance profile (ingested before the atlas kept them): ingest it
 --   again into another store
--- needs: SELECT ($sink IN (0, 1, 2, 4, 8))::INTEGER
---   else: $sink: expected 0, 1, 2, 4 or 8 first tokens
+-- needs: SELECT ($sink IN (0, 1, 4))::INTEGER
+--   else: $sink: expected 0, 1 or 4 first tokens
 -- needs: SELECT ($window_size >= 1 AND power(2, round(log2($window_size::DOUBLE))) = $window_size)::INTEGER
 --   else: $window_size: expected a power of two (1, 2, 4, ...)
 -- needs: SELECT ($length >= 1)::INTEGER
@@ -41,8 +41,7 @@ per_input AS (
     SELECT d.example_id, d.layer, d.head,
            sum(CASE
                    WHEN d.bucket <= round(log2($window_size::DOUBLE)) THEN d.mass::DOUBLE
-                   ELSE CASE $sink WHEN 0 THEN 0 WHEN 1 THEN d.sink_1 WHEN 2 THEN d.sink_2 WHEN 4 THEN d.sink_4
-                                   ELSE d.sink_8 END::DOUBLE
+                   ELSE CASE $sink WHEN 0 THEN 0 WHEN 1 THEN d.sink_1 ELSE d.sink_4 END::DOUBLE
                END) AS kept
     FROM attn_distance d
     WHERE d.run_id = $run
