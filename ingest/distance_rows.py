@@ -1,10 +1,11 @@
 """The attention-distance profile of an ingest (table attn_distance): per input, layer and head, the share of the
 attention of the input's rows (the mean over them) by query-key distance |i - j| in powers of two, bucket 0 for
-distance 0 and bucket b for distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest distance: (n
-- 1).bit_length() + 1 rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the
+distance 0 and bucket b for distances 2^(b-1) to 2^b - 1 (1, 2-3, 4-7, ...), up to the input's longest distance:
+(n-1).bit_length() + 1 rows for an input of n tokens, however long. Beside each bucket's mass, the mass times the
 distance (the mean attention distance is exact from it, their sum: Dosovitskiy et al. 2021, Figure 7) and the part
-of the mass that goes to the input's first token and first 4 tokens (a BOS; StreamingLLM's 4 attention sinks: a cache of the
-first S tokens and the last W keeps, for W = 2^k, the buckets 0 to k and the sink part of the others, exactly).
+of the mass that goes to the input's first token and first 4 tokens (a BOS; StreamingLLM's 4 attention sinks: a
+cache of the first S tokens and the last W keeps, for W = 2^k, the buckets 0 to k and the sink part of the others,
+exactly).
 
 Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them and
 no copy: the sums over rows of each diagonal (query - key), in float32 over at most 128 rows (a relative error of
