@@ -2,6 +2,7 @@
 side in one run on one corpus.
 
     python bench/bench_distance.py CORPUS.conllu [--repeat N] [--device auto|cpu|cuda|mps] [--dense]
+                                   [--pack none|window --max-length N]
 
 After a warm-up ingest of the first sentences, ingests the corpus N times (default 3) by turns with the profile (as
 the atlas ingests) and without it (its computation replaced by nothing, an empty table written), each into a fresh
@@ -68,9 +69,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dense", action="store_true", help="every weight kept (default: the sparse setting)")
+    parser.add_argument("--pack", default="none", help="none (a sentence per input) or window")
+    parser.add_argument("--max-length", type=int, default=None, help="the windows' length in pieces")
     args = parser.parse_args()
     lm = load_model(None)
-    settings = Settings(kept_mass=None if args.dense else Settings().kept_mass, device=args.device)
+    kept = None if args.dense else Settings().kept_mass
+    settings = Settings(kept, args.max_length, args.pack, device=args.device)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         first = write_first_sentences(args.corpus, 50, work / "warm-up.conllu")

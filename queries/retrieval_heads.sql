@@ -28,7 +28,7 @@ WITH passed AS (
     WHERE run_id = $run AND NOT skipped AND needle_recall > 50 AND needle_start IS NOT NULL
 ),
 hits AS (  -- each input's score per head: 1 / (the answer's length) per copying row
-    SELECT r.layer, r.head, sum(1.0 / (p.needle_end - p.needle_start)) AS score
+    SELECT r.layer, r.head, sum(1 / (p.needle_end - p.needle_start)::DOUBLE) AS score
     FROM attn_rows r
     JOIN passed p ON p.example_id = r.example_id
     JOIN tokens seen ON seen.run_id = $run AND seen.example_id = r.example_id AND seen.tok_idx = r.argmax_tok
@@ -40,9 +40,9 @@ hits AS (  -- each input's score per head: 1 / (the answer's length) per copying
     GROUP BY r.layer, r.head
 ),
 heads AS (
-    SELECT l.layer::SMALLINT AS layer, h.head::SMALLINT AS head
-    FROM runs, range(n_layers) l(layer), range(n_heads) h(head)
-    WHERE run_id = $run
+    SELECT l.layer, h.head
+    FROM (SELECT unnest(range(n_layers))::SMALLINT AS layer FROM runs WHERE run_id = $run) l,
+         (SELECT unnest(range(n_heads))::SMALLINT AS head FROM runs WHERE run_id = $run) h
 )
 SELECT h.layer + 1 AS layer, h.head + 1 AS head,
        coalesce(t.score, 0) / (SELECT count(*) FROM passed) AS retrieval_score, (SELECT count(*) FROM passed) AS n_inputs

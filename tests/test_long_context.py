@@ -6,10 +6,13 @@ haystack, the embedded encoder on a few UD sentences, and a random decoder over 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
@@ -22,13 +25,14 @@ from long_reference import (
     rouge1_recall,
     streaming_share,
 )
+from polars.testing import assert_frame_equal
 from transformers import AutoModel, AutoModelForCausalLM
 
 import atlas
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.model.identity import default_model_path
-from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu
+from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu, make_store
 
 INDUCTION = ROOT / "samples" / "models" / "induction-2l"
 NEW_ENTRIES = ("retrieval heads", "attention distance", "streaming heads")
@@ -421,3 +425,50 @@ def test_new_entries_show_layers_and_heads_from_1(decoder_store, name):
     induction = query(root, "induction heads", runs["repeated"])
     assert (induction["layer"].min(), induction["head"].min()) == (1, 1)  # as every older entry shows them
     assert (frame["layer"].min(), frame["head"].min()) == (1, 1), frame.select("layer", "head").unique()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a store written before the profile and the probe
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _before_long_context(root: Path, run_id: str) -> None:
+    """Rewrite a run as the atlas wrote it before: no attn_distance table, no needle columns in examples, no
+    runs.n_kv_heads, views of another schema."""
+    dropped = {
+        "examples": ["context_length", "depth_percent", "needle_start", "needle_end", "generated_start",
+                     "n_generated", "needle_recall"],
+        "runs": ["n_kv_heads"],
+    }  # fmt: skip
+    for folder in (root / "data" / run_id / "attn_distance", root / "data" / ".schema" / "attn_distance"):
+        shutil.rmtree(folder)
+    for name, columns in dropped.items():
+        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
+            pq.write_table(pq.read_table(part).drop_columns(columns), part)
+    con = duckdb.connect(str(root / "atlas.duckdb"))
+    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
+    con.close()
+
+
+def test_a_store_written_before_them_answers_refuses_them_exports_and_compares(tmp_path, model):
+    root = tmp_path / "store"
+    corpus = cut_conllu(EWT_SAMPLE, 6, tmp_path / "ewt6.conllu")
+    _, old = make_store(root, corpus, model)
+    before = {name: atlas.open(root).query(name) for name in ("special tokens", "entropy")}
+    _before_long_context(root, old)
+    st = atlas.open(root)
+    for name, answer in before.items():
+        assert_frame_equal(st.query(name), answer, check_exact=False, rtol=1e-12, atol=1e-12)
+    for name in ("attention distance", "streaming heads"):
+        with pytest.raises(AtlasError, match=f"^run {old} holds no attention-distance profile") as refused:
+            st.query(name, run=old)
+        assert "\n" not in str(refused.value)
+    with pytest.raises(AtlasError, match=f"^run {old} is no needle probe"):
+        st.query("retrieval heads", run=old)
+    _, new = make_store(root, corpus, model, kept_mass=None)
+    st = atlas.open(root)
+    assert st.query("attention distance", run=new).height == 6 * 12
+    compared = st.query("special tokens", runs=[old, new])
+    assert compared.height == before["special tokens"].height
+    counts = st.export(tmp_path / "export", run=old, progress=False)
+    assert counts["attn_distance"] == 0 and counts["attn_rows"] > 0
