@@ -7,11 +7,12 @@ of the mass that goes to the input's first token and first 4 tokens (a BOS; Stre
 cache of the first S tokens and the last W keeps, for W = 2^k, the buckets 0 to k and the sink part of the others,
 exactly).
 
-Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them and
-no copy: the sums over rows of each diagonal (query - key), in float32 over at most 128 rows (a relative error of
-at most 128 x 2^-24, about 1e-5, and in practice 1e-7), then in float64 (float32 on MPS), then gathered into
-buckets; the same for every row engine and for an input read by rows. Stored in float32 on a dense run; on a sparse
-one the shares as the row masses are, to 2^-11, and the distances to 11 significant bits (``sparsify``).
+Computed where the maps are (on the device) from each layer's maps or each block of rows, in one pass over them: a
+float32 matrix product of the rows with a 0/1 matrix of each weight's bucket (and its distance), at most 2^15
+weights of a row at a time (the products' relative error in practice 1e-7), summed in float64 (float32 on MPS); the
+same for every row engine and for an input read by rows (bench/RESULTS.md: 1 % of an ingest's time). Stored in
+float32 on a dense run; on a sparse one the shares as the row masses are, to 2^-11, and the distances to 11
+significant bits (``sparsify``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from atlas.ingestion.row_batch import LAYER_TYPE
 SINKS = (1, 4)  # the first tokens whose part of each bucket's mass is kept (attn_distance.sink_<S>)
 COLUMNS = ("mass", "distance", *(f"sink_{s}" for s in SINKS))
 BUCKET_TYPE = np.int8  # attn_distance.bucket: TINYINT
-ROWS = 128  # rows whose weights are summed in float32 (each diagonal's at most 128), before the float64 sums
+TERMS = 2**15  # weights whose products a float32 product sums at once (then float64): a whole map up to 181 tokens
+KEPT = 512  # a whole map's weights are made once for every layer up to this many tokens (42 MB at 512)
 
 
 def n_buckets(n: int) -> int:
@@ -41,28 +43,26 @@ def bucket_of(distance: torch.Tensor) -> torch.Tensor:
     return torch.frexp(distance.to(torch.float64)).exponent.long()
 
 
-def diagonal_sums(probs: torch.Tensor, start: int, lengths: torch.Tensor) -> torch.Tensor:
-    """The sums over rows of ``probs`` ``[batch, heads, rows, n]`` (rows ``start`` on; an input's rows past its
-    ``lengths`` left out) of each diagonal, ``[batch * heads, n + rows - 1]``: column c holds the weights of the
-    block's row i and key j with i - j + n - 1 = c. Summed in the maps' float32 ``ROWS`` rows at a time, then in
-    float64 (float32 on MPS); the rows from the shortest input's end on, where some are padding, through a copy
-    without them (a batch of inputs of similar lengths: a small part of its rows)."""
-    batch, heads, r, n = probs.shape
-    device, exact = probs.device, exact_dtype(probs.device)
-    keys = torch.arange(n, device=device)
-    whole = int(min(max(int(lengths.min()) - start, 0), r))  # rows that are no input's padding
-    sums = torch.zeros(batch * heads, n + r - 1, dtype=exact, device=device)
-    bounds = [(lo, min(lo + ROWS, whole)) for lo in range(0, whole, ROWS)]
-    bounds += [(lo, min(lo + ROWS, r)) for lo in range(whole, r, ROWS)]
-    for lo, hi in bounds:
-        rows = probs[:, :, lo:hi]
-        if lo >= whole:
-            own = torch.arange(start + lo, start + hi, device=device) < lengths[:, None]  # [batch, rows]
-            rows = torch.where(own[:, None, :, None], rows, 0)
-        index = (torch.arange(lo, hi, device=device)[:, None] - keys + n - 1).reshape(-1)
-        part = torch.zeros(batch * heads, n + r - 1, dtype=probs.dtype, device=device)
-        sums += part.index_add_(1, index, rows.reshape(batch * heads, -1))
-    return sums
+def weights(rows: torch.Tensor, keys: int, buckets: int, sinks: bool = False) -> torch.Tensor:
+    """What each weight of rows ``rows`` (their positions) over keys 0 to ``keys`` - 1 adds to the profile's
+    columns, flat ``[rows * keys, 2 * buckets]``: to its bucket's mass 1 and to its bucket's distance the distance;
+    ``sinks``: to its bucket's part of each sink (``SINKS``) 1 where the key is among the sink's first tokens,
+    ``[rows * keys, len(SINKS) * buckets]``."""
+    key = torch.arange(keys, device=rows.device)
+    distance = (rows[:, None] - key).abs().reshape(-1)
+    bucket = bucket_of(distance)
+    k = torch.arange(distance.numel(), device=rows.device)
+    if not sinks:
+        out = torch.zeros(distance.numel(), 2, buckets, device=rows.device)
+        out[k, 0, bucket] = 1
+        out[k, 1, bucket] = distance.float()
+        return out.view(distance.numel(), -1)
+    out = torch.zeros(distance.numel(), len(SINKS), buckets, device=rows.device)
+    key = key.repeat(len(rows))
+    for column, sink in enumerate(SINKS):
+        near = key < sink
+        out[k[near], column, bucket[near]] = 1
+    return out.view(distance.numel(), -1)
 
 
 class DistanceRows:
@@ -72,37 +72,50 @@ class DistanceRows:
         self.lengths = list(lengths)
         self.n_buckets = n_buckets(max(self.lengths))
         self.sums: list[torch.Tensor | None] = [None] * n_layers  # [batch, heads, columns, buckets] per layer
+        self._whole: dict[int, torch.Tensor] = {}  # the weights of a whole map's rows from each bound (every layer's)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32)."""
         self.block(layer, 0, attn)
 
     def block(self, layer: int, start: int, probs: torch.Tensor) -> None:
-        """A block of layer ``layer``'s rows ``[batch, heads, rows, n]``, from row ``start`` on."""
+        """A block of layer ``layer``'s rows ``[batch, heads, rows, n]``, from row ``start`` on. Its weights times
+        ``weights``, ``TERMS`` at a time in float32, summed in float64 (float32 on MPS); the rows from the shortest
+        input's end on, where some are padding, through a copy without them (a batch of inputs of similar lengths:
+        a small part of its rows)."""
         batch, heads, r, n = probs.shape
         device, exact = probs.device, exact_dtype(probs.device)
-        position = torch.arange(start, start + r, device=device)
         lengths = torch.tensor(self.lengths, device=device)
-        sums = diagonal_sums(probs, start, lengths)
-        signed = start - n + 1 + torch.arange(n + r - 1, device=device)  # query - key of each column
-        distance = signed.abs()
-        buckets = bucket_of(distance).clamp(max=self.n_buckets - 1)  # a diagonal past every input's end holds 0
-        out = torch.zeros(batch * heads, len(COLUMNS), self.n_buckets, dtype=exact, device=device)
-        out[:, 0].index_add_(1, buckets, sums)
-        out[:, 1].index_add_(1, buckets, sums * distance.to(exact))
-        own = position < lengths[:, None]  # [batch, rows]: not padding
-        first = torch.where(own[:, None, :, None], probs[..., : SINKS[-1]], 0)  # the keys of the sinks
-        k = first.shape[-1]
-        first = first.reshape(batch * heads, r, k).to(exact)
-        sink_buckets = bucket_of((position[:, None] - torch.arange(k, device=device)).abs())  # [rows, keys]
-        for column, sink in enumerate(SINKS, start=2):
-            if sink <= k:
-                index = sink_buckets[:, :sink].reshape(-1).expand(batch * heads, -1)
-                out[:, column].scatter_add_(1, index, first[..., :sink].reshape(batch * heads, -1))
-            else:  # every key of a short input is a sink
-                out[:, column] = out[:, 0]
-        out = out.view(batch, heads, len(COLUMNS), self.n_buckets)
+        whole = min(max(int(lengths.min()) - start, 0), r)  # rows that are no input's padding
+        step = max(TERMS // n, 1)
+        bounds = [(lo, min(lo + step, whole)) for lo in range(0, whole, step)]
+        bounds += [(lo, min(lo + step, r)) for lo in range(whole, r, step)]
+        sums = torch.zeros(batch * heads, 2 * self.n_buckets, dtype=exact, device=device)
+        for lo, hi in bounds:
+            rows = probs[:, :, lo:hi]
+            if lo >= whole:
+                own = torch.arange(start + lo, start + hi, device=device) < lengths[:, None]  # [batch, rows]
+                rows = torch.where(own[:, None, :, None], rows, 0)
+            sums += rows.reshape(batch * heads, -1) @ self._weights(start, lo, hi, probs)
+        # the sinks' parts from their keys alone (the first SINKS[-1] tokens)
+        own = torch.arange(start, start + r, device=device) < lengths[:, None]
+        first = torch.where(own[:, None, :, None], probs[..., : SINKS[-1]], 0).reshape(batch * heads, -1)
+        positions = torch.arange(start, start + r, device=device)
+        sinks = first.to(exact) @ weights(positions, min(n, SINKS[-1]), self.n_buckets, sinks=True).to(exact)
+        out = torch.cat([sums, sinks], dim=1).view(batch, heads, len(COLUMNS), self.n_buckets)
         self.sums[layer] = out if start == 0 else self.sums[layer] + out
+
+    def _weights(self, start: int, lo: int, hi: int, probs: torch.Tensor) -> torch.Tensor:
+        """``weights`` of a block's rows ``lo`` to ``hi``; a whole map's of up to ``KEPT`` tokens kept for the next
+        layers."""
+        r, n = probs.shape[-2:]
+        keep = start == 0 and r == n <= KEPT
+        if keep and lo in self._whole:
+            return self._whole[lo]
+        made = weights(torch.arange(start + lo, start + hi, device=probs.device), n, self.n_buckets)
+        if keep:
+            self._whole[lo] = made
+        return made
 
     def columns(self) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """attn_distance's rows (layer, head, bucket and ``COLUMNS``: the means over each input's rows, float32),

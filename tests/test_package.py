@@ -72,6 +72,8 @@ def test_the_wheel_adds_one_top_level_name(wheel: Path) -> None:
     assert tops == {"atlas", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1] + ".dist-info"}
     assert "atlas/schema.sql" in names and "atlas/cli.py" in names and "atlas/ingestion/pipeline.py" in names
     assert "atlas/serve/serve.css" in names and "atlas/report/explorer.js" in names  # the pages' own files
+    haystack = "atlas/samples/wikitext/"  # the needle probe's default haystack, with its licence
+    assert haystack + "wiki.test-sample.raw" in names and haystack + "LICENSE.txt" in names
     assert sum(name.startswith("atlas/catalogue_sql/") and name.endswith(".sql") for name in names) == len(queries())
 
 
