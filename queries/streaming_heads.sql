@@ -1,5 +1,5 @@
 -- name: streaming heads
--- aliases: streaming head, attention sinks cache, streamingllm, duoattention, sink and window, kv cache compression, local heads
+-- aliases: streaming head, sink and window cache, streamingllm cache, duoattention, kv cache compression, local heads
 -- paper: Xiao et al. 2023, "Efficient Streaming Language Models with Attention Sinks" (StreamingLLM's cache); Xiao et al. 2024, "DuoAttention", Section 3 (streaming heads against retrieval heads)
 -- description: Per head, the share of its attention that a StreamingLLM cache keeps: the first `sink`
 --   tokens (the attention sinks) and the last `window_size` tokens up to the query, as the mean over the input's

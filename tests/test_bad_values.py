@@ -452,7 +452,8 @@ def test_an_empty_glue_text_names_its_column(tmp_path):
 
 def test_a_sample_seed_of_a_corpus_read_whole(corpus, tmp_path):
     line = refused("ingest", "--corpus", str(corpus), "--sample-seed", "3", "--store", str(tmp_path / "s"))
-    assert line.startswith("Error: --sample-seed: seeds the draw of --format 'text' and --format 'repeated'; a conllu")
+    drawn = "--format 'text', --format 'repeated' and --format 'needle'"
+    assert line.startswith(f"Error: --sample-seed: seeds the draw of {drawn}; a conllu")
     assert not (tmp_path / "s").exists()
 
 

@@ -347,7 +347,7 @@ def _same_norms_and_rollout(sql, ex: int, model: torch.nn.Module, ids: list[int]
 NEEDS_MORE = {
     "ablation summary", "coreference heads", "fine-tuning change", "frame heads", "glue baselines",
     "gradient importance", "head ablation", "head distances", "head importance", "layer ablation", "pattern shares",
-    "probe results", "probe weights", "pruning curve",
+    "probe results", "probe weights", "pruning curve", "retrieval heads",
 }  # fmt: skip
 PARAMS = {"best head per dependency relation": {"min_count": 1}}  # a handful of sentences
 
@@ -402,6 +402,9 @@ def test_the_ud_sample_is_ingested_and_the_catalogue_answers(built, ud_sample, t
         nxt = np.where(rows < n - 1, want[:, :, rows, np.minimum(rows + 1, n - 1)], 0).mean(axis=-1)
         relative.append(np.stack([prev, nxt, want[:, :, rows, rows].mean(axis=-1)], axis=-1))
 
+    shares = sql("SELECT sum(mass::DOUBLE) AS s FROM attn_distance GROUP BY example_id, layer, head").fetchnumpy()["s"]
+    assert len(shares) == 4 * want.shape[0] * want.shape[1]
+    np.testing.assert_allclose(shares, 1.0, rtol=1e-6)  # the distance profile: each input's rows' shares
     answer = st.query("attention sink").filter(pl.col("head").is_not_null()).sort("layer", "head")
     np.testing.assert_allclose(answer["first"].to_numpy(), np.mean(sink, axis=0).ravel(), atol=1e-6)
     answer = st.query("relative position").sort("layer", "head")

@@ -58,7 +58,8 @@ def format_help() -> str:
 
 
 def _formats(readers: list[Reader]) -> str:
-    return " and ".join(arg("format", repr(r.name)) for r in readers)
+    said = [arg("format", repr(r.name)) for r in readers]
+    return " and ".join(said) if len(said) < 3 else ", ".join(said[:-1]) + " and " + said[-1]
 
 
 def check_options(chosen: Reader, options: CorpusOptions) -> None:

@@ -92,7 +92,7 @@ class Probe:
 
 def _probe(options: CorpusOptions) -> Probe:
     if not options.lengths:
-        raise AtlasError(f"{arg('lengths')}: give the context lengths of {Needle().given}, e.g. --lengths 1000,2000")
+        raise AtlasError(f"{arg('lengths')}: give the context lengths of {Needle().given} in pieces, e.g. 1000 and 2000")
     if min(options.lengths) < 1:
         raise AtlasError(f"{arg('lengths', min(options.lengths))}: expected lengths of 1 piece or more")
     depths = options.depths or DEPTHS
@@ -100,6 +100,8 @@ def _probe(options: CorpusOptions) -> Probe:
         raise AtlasError(f"{arg('depths', next(d for d in depths if not 0 <= d <= 100))}: expected percents, 0 to 100")
     if options.question is not None and options.needle is None:
         raise AtlasError(f"{arg('question')}: asks about a needle of your own; add {arg('needle')}")
+    if options.needle is not None and not options.needle.strip():
+        raise AtlasError(f"{arg('needle', repr(options.needle))}: expected a needle of some text")
     needle = NEEDLE if options.needle is None else options.needle
     question = QUESTION if options.needle is None else options.question
     if question is None:
