@@ -91,6 +91,6 @@ quiet_option = click.option("--quiet", is_flag=True, help="No progress bar.")
 def numbers(option: str, text: str) -> tuple[int, ...]:
     """A list option's whole numbers, separated by commas ('64,128'); refused in one line where one is not."""
     parts = [p.strip() for p in text.split(",")]
-    if not all(p.lstrip("-").isdigit() for p in parts):
+    if not all(re.fullmatch(r"-?[0-9]+", p) for p in parts):
         raise AtlasError(f"{arg(option, repr(text))}: expected whole numbers separated by commas, e.g. 64,128")
     return tuple(int(p) for p in parts)

@@ -31,6 +31,7 @@ COLUMNS = ("mass", "distance", *(f"sink_{s}" for s in SINKS))
 BUCKET_TYPE = np.int8  # attn_distance.bucket: TINYINT
 TERMS = 2**15  # weights whose products a float32 product sums at once (then float64): a whole map up to 181 tokens
 KEPT = 512  # a whole map's weights are made once for every layer up to this many tokens (42 MB at 512)
+DIAGONAL = 2**21  # past KEPT tokens, weights summed along the diagonals at once (their index: 16 MB)
 
 
 def n_buckets(n: int) -> int:
@@ -39,8 +40,9 @@ def n_buckets(n: int) -> int:
 
 
 def bucket_of(distance: torch.Tensor) -> torch.Tensor:
-    """Each distance's bucket (its bit length: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ...), exact below 2^53."""
-    return torch.frexp(distance.to(torch.float64)).exponent.long()
+    """Each distance's bucket (its bit length: 0 -> 0, 1 -> 1, 2-3 -> 2, 4-7 -> 3, ...), exact below 2^24 (float32:
+    MPS has no float64)."""
+    return torch.frexp(distance.to(torch.float32)).exponent.long()
 
 
 def weights(rows: torch.Tensor, keys: int, buckets: int, sinks: bool = False) -> torch.Tensor:
@@ -79,24 +81,39 @@ class DistanceRows:
         self.block(layer, 0, attn)
 
     def block(self, layer: int, start: int, probs: torch.Tensor) -> None:
-        """A block of layer ``layer``'s rows ``[batch, heads, rows, n]``, from row ``start`` on. Its weights times
-        ``weights``, ``TERMS`` at a time in float32, summed in float64 (float32 on MPS); the rows from the shortest
-        input's end on, where some are padding, through a copy without them (a batch of inputs of similar lengths:
-        a small part of its rows)."""
+        """A block of layer ``layer``'s rows ``[batch, heads, rows, n]``, from row ``start`` on: with n up to
+        ``KEPT`` its weights times ``weights`` (``TERMS`` at a time in float32), past it the sums of its diagonals
+        (``DIAGONAL`` weights at a time in float32, then gathered into buckets: a 0/1 matrix of a long row's would be
+        dozens of times the row), summed in float64 (float32 on MPS); the rows from the shortest input's end on, where
+        some are padding, through a copy without them (a batch of inputs of similar lengths: a small part of its
+        rows)."""
         batch, heads, r, n = probs.shape
         device, exact = probs.device, exact_dtype(probs.device)
         lengths = torch.tensor(self.lengths, device=device)
         whole = min(max(int(lengths.min()) - start, 0), r)  # rows that are no input's padding
-        step = max(TERMS // n, 1)
+        step = max((TERMS if n <= KEPT else DIAGONAL) // n, 1)
         bounds = [(lo, min(lo + step, whole)) for lo in range(0, whole, step)]
         bounds += [(lo, min(lo + step, r)) for lo in range(whole, r, step)]
-        sums = torch.zeros(batch * heads, 2 * self.n_buckets, dtype=exact, device=device)
+        sums = torch.zeros(batch * heads, 2 * self.n_buckets if n <= KEPT else n + r - 1, dtype=exact, device=device)
+        keys = torch.arange(n, device=device)
         for lo, hi in bounds:
             rows = probs[:, :, lo:hi]
             if lo >= whole:
                 own = torch.arange(start + lo, start + hi, device=device) < lengths[:, None]  # [batch, rows]
                 rows = torch.where(own[:, None, :, None], rows, 0)
-            sums += rows.reshape(batch * heads, -1) @ self._weights(start, lo, hi, probs)
+            rows = rows.reshape(batch * heads, -1)
+            if n <= KEPT:
+                sums += rows @ self._weights(start, lo, hi, probs)
+            else:  # column c: query - key = start - n + 1 + c
+                diagonal = (torch.arange(lo, hi, device=device)[:, None] - keys + n - 1).reshape(-1)
+                sums += torch.zeros(batch * heads, n + r - 1, device=device).index_add_(1, diagonal, rows)
+        if n > KEPT:
+            distance = (start - n + 1 + torch.arange(n + r - 1, device=device)).abs()
+            bucket = bucket_of(distance).clamp(max=self.n_buckets - 1)  # a diagonal past every input's end holds 0
+            gathered = torch.zeros(batch * heads, 2, self.n_buckets, dtype=exact, device=device)
+            gathered[:, 0].index_add_(1, bucket, sums)
+            gathered[:, 1].index_add_(1, bucket, sums * distance.to(exact))
+            sums = gathered.view(batch * heads, -1)
         # the sinks' parts from their keys alone (the first SINKS[-1] tokens)
         own = torch.arange(start, start + r, device=device) < lengths[:, None]
         first = torch.where(own[:, None, :, None], probs[..., : SINKS[-1]], 0).reshape(batch * heads, -1)

@@ -8,24 +8,24 @@
 --   from the prompt's last token to the continuation's last but one, as their decode feeds them. Summed per
 --   input, then averaged over the inputs whose answer passed their filter (ROUGE-1 recall of the answer by
 --   the continuation above 50, examples.needle_recall), as their head_counter is; an input whose answer was
---   not found in the prompt is left out. n_inputs: the inputs averaged. Wu et al. find fewer than 5 % of a
+--   not found in the prompt counts with no hit, as theirs does. n_inputs: the inputs averaged. Wu et al. find fewer than 5 % of a
 --   long-context model's heads with a score above 0.1. From attn_rows.argmax_tok (the first token of the
 --   largest weight): exact on a sparse run too.
 -- parameters:
 --   run [run]: run id (default: the latest run)
 -- needs: SELECT count(*) FROM examples WHERE run_id = $run AND needle_start IS NOT NULL
 --   else: run {run} is no needle probe: ingest with --format needle (a decoder)
--- needs: SELECT count(*) FROM examples WHERE run_id = $run AND needle_recall > 50 AND needle_start IS NOT NULL
+-- needs: SELECT count(*) FROM examples WHERE run_id = $run AND needle_recall > 50
 --   else: run {run}: no answer passed the filter (ROUGE-1 recall of the needle above 50): the model did not
 --   retrieve the needle at any length and depth
 -- keys: layer, head
 -- plot: heatmap retrieval_score
 -- figure: a layer x head heat map of the retrieval score (Wu et al.'s Figure 2)
 
-WITH passed AS (
+WITH passed AS (  -- an input whose answer was not found in its prompt counts, with no hit
     SELECT example_id, needle_start, needle_end, generated_start, n_generated
     FROM examples
-    WHERE run_id = $run AND NOT skipped AND needle_recall > 50 AND needle_start IS NOT NULL
+    WHERE run_id = $run AND NOT skipped AND needle_recall > 50
 ),
 hits AS (  -- each input's score per head: 1 / (the answer's length) per copying row
     SELECT r.layer, r.head, sum(1 / (p.needle_end - p.needle_start)::DOUBLE) AS score

@@ -130,3 +130,19 @@ def test_bad_probes_are_refused_in_one_line(tmp_path, probe):
             atlas.api.ingest(given.pop("corpus"), given.pop("model"), store, format="needle", progress=False, **given)
         assert "\n" not in str(refused.value)
         assert not list((store / "data").glob("*/examples")) if (store / "data").exists() else True
+
+
+def test_a_prompt_run_in_parts_continues_alike(probe, monkeypatch):
+    """The prompt's pass in parts of PREFILL tokens (a long context's, whose maps would not fit at once) gives the
+    same continuation as the ingest's."""
+    from atlas.model import continuation
+    from atlas.model.load import load_model
+
+    store, model, run = probe
+    lm = load_model(str(model), auto_class=continuation.causal_lm())
+    monkeypatch.setattr(continuation, "PREFILL", 7)
+    x = _inputs(store, run)[-1]
+    prompt, generated = x["ids"][: x["generated_start"]], x["ids"][x["generated_start"] :]
+    stop = frozenset(i for i in range(len(lm.tokenizer)) if lm.tokenizer.decode([i]) == "\n")
+    again = continuation.greedy_continuation(lm, prompt[:1], prompt[1:], NEW_TOKENS, stop, torch.device("cpu"))
+    assert again == generated

@@ -1,14 +1,17 @@
-"""The model's own greedy continuation of an input (the needle probe's answer, ``--format needle``): transformers'
-``generate`` without sampling, with its KV cache, as Wu et al.'s released ``decode`` continues a prompt step by
-step (the argmax of the last logits, fed back), stopping after a stop token or at the most new tokens."""
+"""The model's own greedy continuation of an input (the needle probe's answer, ``--format needle``), as Wu et al.'s
+released ``decode`` continues a prompt: the prompt but its last token run with the KV cache (here ``PREFILL``
+tokens at a time, so that no attention map is longer than that in queries), then the last token fed, the argmax
+of the last logits taken and fed back, until a stop token (kept) or the most new tokens. No sampling, penalty or
+other processing of the logits, whatever the model's generation config says."""
 
 from __future__ import annotations
 
 import torch
-from transformers import GenerationConfig
 
 from atlas.errors import AtlasError
 from atlas.model.load import LoadedModel
+
+PREFILL = 1024  # prompt tokens run at once: their maps, [heads, PREFILL, n] a layer, are all the pass holds
 
 
 def greedy_continuation(
@@ -16,19 +19,22 @@ def greedy_continuation(
 ) -> list[int]:
     """The ids ``lm`` generates greedily after ``lead`` (the template's special tokens before a text) + ``pieces``:
     at most ``new_tokens``, the last one a stop id where one comes."""
-    if new_tokens < 1:
+    ids = lead + pieces
+    if new_tokens < 1 or not ids:
         return []
     lm.model.to(device)
-    ids = torch.tensor([lead + pieces], device=device)
-    config = GenerationConfig(
-        max_new_tokens=new_tokens,
-        do_sample=False,
-        eos_token_id=sorted(stop) or None,
-        pad_token_id=sorted(stop)[0] if stop else 0,
-    )
+    cache, generated, token = None, [], ids[-1]
     with torch.inference_mode():
-        out = lm.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
-    return out[0, ids.shape[1] :].tolist()
+        for lo in range(0, len(ids) - 1, PREFILL):
+            chunk = torch.tensor([ids[lo : min(lo + PREFILL, len(ids) - 1)]], device=device)
+            cache = lm.model(input_ids=chunk, past_key_values=cache, use_cache=True).past_key_values
+        for _ in range(new_tokens):
+            out = lm.model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
+            cache, token = out.past_key_values, int(out.logits[0, -1].argmax())
+            generated.append(token)
+            if token in stop:
+                break
+    return generated
 
 
 def causal_lm() -> type:

@@ -92,7 +92,7 @@ class Probe:
 
 def _probe(options: CorpusOptions) -> Probe:
     if not options.lengths:
-        raise AtlasError(f"{arg('lengths')}: give the context lengths of {Needle().given} in pieces, e.g. 1000 and 2000")
+        raise AtlasError(f"{arg('lengths')}: give the context lengths of {Needle().given}, e.g. 1000 and 2000 pieces")
     if min(options.lengths) < 1:
         raise AtlasError(f"{arg('lengths', min(options.lengths))}: expected lengths of 1 piece or more")
     depths = options.depths or DEPTHS
@@ -136,7 +136,8 @@ class Needle(FileReader):
             return Path(RANDOM)
         path = Path(options.haystack) if options.haystack else Path(str(HAYSTACK))
         if not path.is_file():
-            raise AtlasError(f"{arg('haystack', repr(str(path)))}: no such file (or 'random')")
+            said = "is not a regular file: name a text file" if path.exists() else "no such file"
+            raise AtlasError(f"{arg('haystack', repr(str(path)))}: {said} (or 'random')")
         check_file(path)
         return path
 
@@ -273,8 +274,18 @@ class _Text:
         self.stop = frozenset(i for i, text in enumerate(texts) if text == "\n")
 
     def prompt(self, room: int, depth: int) -> tuple[list[int], tuple[int | None, int | None]]:
+        """The prompt of at most ``room`` less the new tokens pieces: the context cut again by what tokenizing the
+        text once more adds at its joins."""
         asked = len(self.tokenizer.encode(self.question, add_special_tokens=False))
         keep = max(room - NEW_TOKENS - asked - len(self.needle), 0)
+        while True:
+            prompt = self._prompt(keep, depth)
+            over = len(prompt) - (room - NEW_TOKENS)
+            if over <= 0 or keep == 0:
+                return prompt, find_needle(prompt, self.answer)
+            keep = max(keep - over, 0)
+
+    def _prompt(self, keep: int, depth: int) -> list[int]:
         repeats = -(-keep // max(len(self.haystack), 1))
         context = (self.haystack * max(repeats, 1))[:keep]
         if depth == 100:
@@ -284,9 +295,7 @@ class _Text:
             while point > 0 and context[point - 1] not in self.periods:
                 point -= 1
             tokens = context[:point] + self.needle + context[point:]
-        text = self.tokenizer.decode(tokens) + self.question
-        prompt = self.tokenizer.encode(text, add_special_tokens=False)
-        return prompt, find_needle(prompt, self.answer)
+        return self.tokenizer.encode(self.tokenizer.decode(tokens) + self.question, add_special_tokens=False)
 
     def fixed(self) -> int:
         """The prompt's pieces besides the haystack's: the needle and the question."""
