@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +24,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from bench_norms import timed_ingest  # noqa: E402  (one ingest into a fresh store, timed)
+
 from atlas.ingestion import distance_rows, sparsify  # noqa: E402
-from atlas.ingestion.corpus import check_corpus  # noqa: E402
-from atlas.ingestion.pipeline import Settings, ingest  # noqa: E402
+from atlas.ingestion.pipeline import Settings  # noqa: E402
 from atlas.ingestion.readers.conllu import write_first_sentences  # noqa: E402
 from atlas.model.load import load_model  # noqa: E402
-from atlas.store import Store  # noqa: E402
 
 
 class NoProfile(distance_rows.DistanceRows):
@@ -45,22 +43,6 @@ class NoProfile(distance_rows.DistanceRows):
 
 
 SETTINGS = {"without": NoProfile, "with the profile": distance_rows.DistanceRows}
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*.parquet"))
-
-
-def timed_ingest(lm, corpus: Path, settings: Settings, work: Path) -> tuple[float, float, int]:
-    """Wall and process CPU seconds of one ingest into a fresh store, and the bytes of its run's files."""
-    root = Path(tempfile.mkdtemp(dir=work))
-    checked = check_corpus(corpus)
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = ingest(checked, Store(root), lm, settings, progress=False)
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    size = dir_bytes(root / "data" / result.run_id)
-    shutil.rmtree(root)
-    return wall, cpu, size
 
 
 def main() -> None:

@@ -74,6 +74,23 @@ def ewt_small(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cut_conllu(src, int(os.environ.get("ATLAS_TEST_SENTENCES", "150")), path)
 
 
+def rewrite_as_before(root: Path, run_id: str, tables: tuple[str, ...], columns: dict[str, list[str]]) -> None:
+    """Rewrite run ``run_id`` of the store at ``root`` as the atlas wrote it before ``tables`` and ``columns`` (per
+    table) were added: without them, and with views of another schema."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    for name in tables:
+        for folder in (root / "data" / run_id / name, root / "data" / ".schema" / name):
+            shutil.rmtree(folder)
+    for name, dropped in columns.items():
+        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
+            pq.write_table(pq.read_table(part).drop_columns(dropped), part)
+    con = duckdb.connect(str(root / "atlas.duckdb"))
+    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
+    con.close()
+
+
 def make_store(root: Path, corpus: Path, model: LoadedModel, **settings: object) -> tuple[Store, str]:
     store = Store(root)
     result = ingest(check_corpus(corpus), store, model, Settings(**settings), progress=False)

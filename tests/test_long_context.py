@@ -6,13 +6,10 @@ haystack, the embedded encoder on a few UD sentences, and a random decoder over 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import polars as pl
-import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
@@ -32,7 +29,7 @@ import atlas
 from atlas.cli import cli
 from atlas.errors import AtlasError
 from atlas.model.identity import default_model_path
-from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, ROOT, cut_conllu, make_store, rewrite_as_before
 
 INDUCTION = ROOT / "samples" / "models" / "induction-2l"
 NEW_ENTRIES = ("retrieval heads", "attention distance", "streaming heads")
@@ -440,14 +437,7 @@ def _before_long_context(root: Path, run_id: str) -> None:
                      "n_generated", "needle_recall"],
         "runs": ["n_kv_heads"],
     }  # fmt: skip
-    for folder in (root / "data" / run_id / "attn_distance", root / "data" / ".schema" / "attn_distance"):
-        shutil.rmtree(folder)
-    for name, columns in dropped.items():
-        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
-            pq.write_table(pq.read_table(part).drop_columns(columns), part)
-    con = duckdb.connect(str(root / "atlas.duckdb"))
-    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
-    con.close()
+    rewrite_as_before(root, run_id, ("attn_distance",), dropped)
 
 
 def test_a_store_written_before_them_answers_refuses_them_exports_and_compares(tmp_path, model):

@@ -7,15 +7,12 @@ attention. Every family's value norms and rollout are checked in ``test_families
 
 from __future__ import annotations
 
-import shutil
-
-import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import EWT_SAMPLE, answer_or_refusal, cut_conllu, make_store
+from conftest import EWT_SAMPLE, answer_or_refusal, cut_conllu, make_store, rewrite_as_before
 from norm_reference import (
     attention_maps,
     layer_average,
@@ -285,15 +282,7 @@ def _before_norms(root, run_id: str) -> None:
     """Rewrite a run as the atlas wrote it before value norms and rollout: no value_norm, tokens.dot_comma,
     runs.value_norms or runs.rollout columns, no head_norms or rollout tables, views of another schema."""
     dropped = {"attn_rows": ["value_norm"], "tokens": ["dot_comma"], "runs": ["value_norms", "rollout"]}
-    for name in ("head_norms", "rollout"):
-        for folder in (root / "data" / run_id / name, root / "data" / ".schema" / name):
-            shutil.rmtree(folder)
-    for name, columns in dropped.items():
-        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
-            pq.write_table(pq.read_table(part).drop_columns(columns), part)
-    con = duckdb.connect(str(root / "atlas.duckdb"))
-    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
-    con.close()
+    rewrite_as_before(root, run_id, ("head_norms", "rollout"), dropped)
 
 
 def test_a_store_written_before_them_answers_exports_and_compares(tmp_path, corpus, model):

@@ -39,9 +39,9 @@ import numpy as np
 
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.readers.base import CorpusOptions, FileReader, Reading
-from atlas.ingestion.readers.conllu import NeedleFacts, Sentence, Word
+from atlas.ingestion.readers.conllu import NeedleFacts, Sentence
 from atlas.ingestion.readers.corpus_info import CorpusInfo, check_file, sha256_of
-from atlas.ingestion.readers.repeated import vocabulary
+from atlas.ingestion.readers.repeated import token_sentence, vocabulary
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -200,7 +200,7 @@ class Needle(FileReader):
                 generated = continue_with(prompt, build.new_tokens, build.stop)
                 facts = NeedleFacts(length, depth, span[0], span[1], len(prompt), len(generated),
                                     build.recall(generated))  # fmt: skip
-                yield _aligned(k, prompt + generated, tokenizer, facts)
+                yield token_sentence(k, prompt + generated, tokenizer, facts)
                 k += 1
 
     def check_fits(
@@ -225,20 +225,6 @@ def _n_special(tokenizer: PreTrainedTokenizerBase) -> int:
     from atlas.ingestion.template import read_template
 
     return read_template(tokenizer, decoder=True).n_special(1)
-
-
-def _aligned(k: int, ids: list[int], tokenizer: PreTrainedTokenizerBase, facts: NeedleFacts) -> AlignedSentence:
-    """An input as a sentence of one word per piece, as ``--format repeated`` reads its tokens."""
-    from atlas.ingestion.align import AlignedSentence, Pieces
-
-    texts = [tokenizer.decode([i]) for i in ids]
-    words = [
-        Word(id=t + 1, form=text, lemma=None, upos=None, xpos=None, feats=None, head=None, deprel=None, misc=None,
-             line=k + 1)
-        for t, text in enumerate(texts)
-    ]  # fmt: skip
-    sentence = Sentence(index=k, sent_id=str(k + 1), doc_id=None, line=k + 1, words=words, needle=facts)
-    return AlignedSentence(sentence, Pieces([[i] for i in ids], [[text] for text in texts]))
 
 
 def rouge1_recall(reference: str, response: str) -> float:

@@ -28,7 +28,7 @@ import numpy as np
 
 from atlas.errors import AtlasError, arg
 from atlas.ingestion.readers.base import DRAW_SEED, CorpusOptions, FileReader, Reading
-from atlas.ingestion.readers.conllu import Sentence, Word
+from atlas.ingestion.readers.conllu import NeedleFacts, Sentence, Word
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 
 if TYPE_CHECKING:  # light to import: a finished run is found by its settings without loading transformers
@@ -125,20 +125,27 @@ def check_fits(settings: Repeated, tokenizer: PreTrainedTokenizerBase, max_lengt
 def read_repeated(corpus: CorpusInfo, tokenizer: PreTrainedTokenizerBase, max_length: int) -> Iterator[AlignedSentence]:
     """The corpus's sequences as aligned sentences, one word per token; refused when 2N tokens and the
     template's special tokens exceed ``max_length``."""
-    from atlas.ingestion.align import AlignedSentence, Pieces
-
     settings = Repeated.parse(corpus.path.name)
     check_fits(settings, tokenizer, max_length)
     for k, ids in enumerate(draw(settings, tokenizer)):
-        row = ids.tolist()  # a row at a time: the whole draw as Python's ints takes several times its array
-        texts = [tokenizer.decode([i]) for i in row]
-        words = [
-            Word(id=t + 1, form=text, lemma=None, upos=None, xpos=None, feats=None, head=None, deprel=None, misc=None,
-                 line=k + 1)
-            for t, text in enumerate(texts)
-        ]  # fmt: skip
-        sentence = Sentence(index=k, sent_id=str(k + 1), doc_id=None, line=k + 1, words=words)
-        yield AlignedSentence(sentence, Pieces([[i] for i in row], [[text] for text in texts]))
+        yield token_sentence(k, ids.tolist(), tokenizer)  # a row at a time: the whole draw as ints takes more
+
+
+def token_sentence(
+    k: int, ids: list[int], tokenizer: PreTrainedTokenizerBase, needle: NeedleFacts | None = None
+) -> AlignedSentence:
+    """Input ``k`` (0-based) of token ids as drawn, as a sentence of one word per token: its form the text the
+    tokenizer decodes it to, no annotation; its sentence id and line k + 1 (``needle``: a needle probe's facts)."""
+    from atlas.ingestion.align import AlignedSentence, Pieces
+
+    texts = [tokenizer.decode([i]) for i in ids]
+    words = [
+        Word(id=t + 1, form=text, lemma=None, upos=None, xpos=None, feats=None, head=None, deprel=None, misc=None,
+             line=k + 1)
+        for t, text in enumerate(texts)
+    ]  # fmt: skip
+    sentence = Sentence(index=k, sent_id=str(k + 1), doc_id=None, line=k + 1, words=words, needle=needle)
+    return AlignedSentence(sentence, Pieces([[i] for i in ids], [[text] for text in texts]))
 
 
 class RepeatedTokens(FileReader):
