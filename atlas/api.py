@@ -47,7 +47,7 @@ from atlas.ingestion.run_id import DEVICES as DEVICES  # the --device choices, f
 from atlas.ingestion.run_id import DTYPES as DTYPES  # the --dtype choices, for the CLI
 from atlas.macros import macro_call
 from atlas.maps import read_maps, token_labels
-from atlas.store import OLDER_RUNS, Store, is_uri, store_named, table_schemas
+from atlas.store import OLDER_RUNS, PARTITION, Store, is_uri, store_named, table_schemas
 from atlas.views import AttentionMap, Heads, kept_note
 
 if TYPE_CHECKING:
@@ -401,17 +401,22 @@ class Atlas:
         schemas = table_schemas()
         if name not in schemas:
             raise AtlasError(f"table '{name}': no such table (tables: {', '.join(schemas)})")
-        files = sorted(self.store.data.glob(f"*/{name}/*.parquet"))  # the .schema file gives every column
+        # the .schema file gives every column; the run id is each run's folder's (its Hive partition)
+        files = sorted(self.store.data.glob(f"{PARTITION}=*/{name}/*.parquet"))
+        declared = pl.from_arrow(schemas[name].empty_table()).schema
         scan = pl.scan_parquet(
             files,
-            schema=pl.from_arrow(schemas[name].empty_table()).schema,
+            schema=pl.Schema({key: kind for key, kind in declared.items() if key != PARTITION}),
+            hive_partitioning=True,
+            hive_schema={PARTITION: pl.String},
             missing_columns="insert",  # files written before a column was added to schema.sql
             extra_columns="ignore",
-            # run ids are dictionary-encoded; older runs' layers, heads and positions are narrower integers
+            # strings are dictionary-encoded; older runs' layers, heads and positions are narrower integers
             cast_options=pl.ScanCastOptions(categorical_to_string="allow", integer_cast="upcast"),
         )
         # the older runs' derived columns, as the views derive them (store.OLDER_RUNS: SQL that Polars reads too)
         derived = [pl.sql_expr(sql) for (table, _), sql in OLDER_RUNS.items() if table == name]
+        scan = scan.select(list(declared))  # the partition in its declared place
         return scan.with_columns(derived) if derived else scan
 
     @checks.typed

@@ -2,20 +2,27 @@
 
 Layout::
 
-    STORE/atlas.duckdb                        views over the Parquet files (no absolute path in them) and
-                                              the catalogue's table macros (atlas/macros.py)
-    STORE/data/<run_id>/<table>/*.parquet     the source of truth, one folder per published run
-    STORE/data/.schema/<table>/empty.parquet  a file with no rows and the declared columns of each table
-    STORE/.staging/<run_id>/...               a run being written; invisible to the views
-    STORE/atlas.lock                          held (flock) by the one process writing; holds its pid
+    STORE/atlas.duckdb                                  views over the Parquet files (no absolute path in
+                                                        them) and the catalogue's table macros (atlas/macros.py)
+    STORE/data/run_id=<run_id>/<table>/*.parquet        the source of truth, one folder per published run: a
+                                                        Hive partition, whose files hold every column but run_id
+    STORE/data/run_id=.schema/<table>/empty.parquet     a file with no rows and the declared columns of each
+                                                        table (but run_id)
+    STORE/.staging/<run_id>/...                         a run being written; invisible to the views
+    STORE/atlas.lock                                    held (flock) by the one process writing; holds its pid
+
+A run's folder is a Hive partition (``run_id=<id>``), the layout DuckDB, Spark, Polars and pyarrow datasets read
+natively: ``run_id`` is read from the path, not written in every row, and a query of one run reads only its files.
+Stores written before (``data/<run_id>/``, ``run_id`` a column of every file) are brought to it by the first
+process that writes to them (``_recover``): their files written again without the run id, their folders renamed.
 
 What the store promises:
 
 - Atomic runs: a run becomes visible in one step, the rename of its staging folder into ``data/``; every
   Parquet file is written under a temporary name and renamed once complete. Publishing writes nothing
-  to ``atlas.duckdb``: its views read ``data/*/<table>/*.parquet``, so they see a new run at once (the
+  to ``atlas.duckdb``: its views read ``data/run_id=*/<table>/*.parquet``, so they see a new run at once (the
   ``.schema`` file keeps a view valid before any run wrote its table). The views change only when
-  schema.sql does.
+  schema.sql or the layout does.
 - Portable and read-only use: the views find ``data/`` beside the database file, wherever the store was
   copied or moved, whatever the working directory, in atlas and in the DuckDB CLI alike: the path is
   the directory of DuckDB's default ``temp_directory``, which is ``<database file>.tmp``. Reading writes
@@ -59,7 +66,11 @@ SCHEMA_FILE = resources.files("atlas.catalogue_sql").parent / "schema.sql"
 DB_NAME = "atlas.duckdb"
 LOCK_NAME = "atlas.lock"
 PENDING = ".pending"  # suffix of a results file written in a transaction, not yet renamed into place
-SCHEMA_DIR = ".schema"  # under data/: the declared columns of each table, as a file with no rows
+SCHEMA_RUN = ".schema"  # the partition holding the declared columns of each table, as a file with no rows
+PARTITION = "run_id"  # a run's folder under data/ is run_id=<run id>; its files hold every other column
+OLDER_SCHEMA = ".schema"  # the schema files' folder under data/ in stores written before the partitions
+# the layout of data/ the views read (part of what they depend on: see Store._view_state)
+LAYOUT = "data/run_id=<run_id>/<table>/*.parquet, hive partitions, no run_id in the files"
 # Columns added after runs were written, derived exactly for those runs where their files lack them. Until
 # then every input was laid out as [CLS] a [SEP] (b [SEP]) with those literal strings in tokens.special, so
 # the roles follow from them and position 0 was always [CLS].
@@ -151,27 +162,45 @@ def _float16_exact(column: pa.ChunkedArray) -> bool:
     return bool(np.array_equal(values, values.astype(np.float16).astype(values.dtype), equal_nan=True))
 
 
-def to_table(name: str, columns: dict[str, object], n_rows: int) -> pa.Table:
+def run_folder_name(run_id: str) -> str:
+    """The name of a run's folder under data/: its Hive partition."""
+    return f"{PARTITION}={run_id}"
+
+
+def run_ids_in(data: Path) -> list[str]:
+    """The run ids with a folder in a store's data folder (``run_id=<id>``; a store not yet opened by a writer since
+    the partitions: ``<id>``), sorted; not the schema files' folder."""
+    if not data.is_dir():
+        return []
+    ids = (p.name.removeprefix(f"{PARTITION}=") for p in data.iterdir() if p.is_dir())
+    return sorted(name for name in ids if name and not name.startswith(".") and "=" not in name)
+
+
+def to_table(name: str, columns: dict[str, object], n_rows: int, partitioned: bool = False) -> pa.Table:
     """Build a table of the store, cast to the schema of schema.sql.
 
     A column is an array (NumPy's or Arrow's, chunked or not) or list of ``n_rows`` values, or a scalar repeated
-    on every row (a repeated string is dictionary-encoded, so a run id costs nothing per row); a column not given
-    is all NULL.
+    on every row (a repeated string is dictionary-encoded); a column not given is all NULL. ``partitioned``: the
+    table of a run's file, without the run id (its folder's name gives it).
     """
     schema = table_schemas()[name]
     unknown = set(columns) - set(schema.names)
     if unknown:
         raise ValueError(f"{name}: unknown columns {sorted(unknown)}")
+    if partitioned:
+        schema = schema.remove(schema.get_field_index(PARTITION))
     arrays = []
     for field in schema:
         value = columns.get(field.name)
         if isinstance(value, str):
             indices = pa.array(np.zeros(n_rows, dtype=np.int32))
             arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value], field.type)))
-        elif value is None or isinstance(value, int | float | bool | datetime):
+        elif value is None:
+            arrays.append(pa.nulls(n_rows, field.type))
+        elif isinstance(value, int | float | bool | datetime):
             arrays.append(pa.repeat(pa.scalar(value, field.type), n_rows))
         elif isinstance(value, pa.Array | pa.ChunkedArray):
-            arrays.append(value.cast(field.type))
+            arrays.append(value if value.type == field.type else value.cast(field.type))
         else:
             arrays.append(pa.array(value).cast(field.type))
         if not field.nullable and arrays[-1].null_count:
@@ -232,6 +261,10 @@ class Store:
     def exists(self) -> bool:
         return self.db.is_file()
 
+    def run_folder(self, run_id: str) -> Path:
+        """A published run's folder (its Hive partition)."""
+        return self.data / run_folder_name(run_id)
+
     def create(self) -> None:
         """Create an empty store (folder, data folder and the DuckDB file), atomically."""
         if self.exists():
@@ -279,6 +312,11 @@ class Store:
             raise AtlasError(
                 f"{self.named}: its path ({self.root.resolve()}) holds one of * ? [ ] {{ }}, which DuckDB and Spark "
                 "read as file patterns: rename or move the folder"
+            )
+        if "=" in str(self.root.resolve()):
+            raise AtlasError(
+                f"{self.named}: its path ({self.root.resolve()}) holds '=', which DuckDB and Polars read as a Hive "
+                "partition (name=value) of every file below: rename or move the folder"
             )
 
     def make_folders(self) -> None:
@@ -351,6 +389,29 @@ class Store:
             pending.unlink()
         for trash in self.root.glob(".trash-*"):
             shutil.rmtree(trash, ignore_errors=True)
+        self._partition()
+
+    def _partition(self) -> None:
+        """A store written before the Hive partitions: each run's files written again without their run id column
+        (each atomically: the same rows otherwise), then its folder renamed ``run_id=<id>``, and the schema files
+        written at their place; once, by the first writer (the views are rewritten by the next ``connect``). A
+        process killed midway leaves the rest to the next writer. The files lose the column because DuckDB 1.5 fails
+        inside its optimizer on some queries over files of which some hold a column the others lack beside a
+        partition (on the runs of a store that holds both)."""
+        if not self.data.is_dir():
+            return
+        older = [p for p in self.data.iterdir() if p.is_dir() and "=" not in p.name and p.name != OLDER_SCHEMA]
+        if older:
+            print(f"{self.root}: written by an older atlas; its {len(older)} run(s) moved to the run partitions "
+                  "(once)", file=sys.stderr)  # fmt: skip
+        for folder in older:
+            for part in sorted(folder.glob("*/*.parquet")):
+                if PARTITION in pq.read_schema(part).names:
+                    write_parquet(pq.read_table(part).drop_columns([PARTITION]), part)
+            folder.rename(self.run_folder(folder.name))
+        if (self.data / OLDER_SCHEMA).is_dir():
+            self._write_schema_files()
+            shutil.rmtree(self.data / OLDER_SCHEMA)
 
     def _apply(self, journal: Path) -> None:
         for pending, final in json.loads(journal.read_text()):
@@ -383,24 +444,26 @@ class Store:
 
     def _write_schema_files(self) -> None:
         for name in table_schemas():
-            write_parquet(to_table(name, {}, 0), self.data / SCHEMA_DIR / name / "empty.parquet")
+            write_parquet(to_table(name, {}, 0, partitioned=True), self.run_folder(SCHEMA_RUN) / name / "empty.parquet")
 
     def _view_state(self) -> str:
-        """What the views depend on: the schema and the older runs' derived columns (not the store's
+        """What the views depend on: the schema, the older runs' derived columns and the layout (not the store's
         location, nor which runs it holds)."""
-        return hashlib.sha256(SCHEMA_FILE.read_bytes() + repr(sorted(OLDER_RUNS.items())).encode()).hexdigest()[:16]
+        older = repr(sorted(OLDER_RUNS.items())).encode()
+        return hashlib.sha256(SCHEMA_FILE.read_bytes() + older + LAYOUT.encode()).hexdigest()[:16]
 
     def _write_views(self, con: duckdb.DuckDBPyConnection) -> None:
         con.execute("CREATE TABLE IF NOT EXISTS atlas_meta (key VARCHAR PRIMARY KEY, value VARCHAR)")
         con.execute("DROP SCHEMA IF EXISTS declared CASCADE")  # stores written before the .schema files
         for name, schema in table_schemas().items():
             # union_by_name reads every file's columns in the widest type of any file, the .schema file's (the
-            # declared) among them: older runs' TINYINT layers and SMALLINT positions come as SMALLINT and INTEGER
-            pattern = f"data/*/{name}/*.parquet"
+            # declared) among them: older runs' TINYINT layers and SMALLINT positions come as SMALLINT and INTEGER;
+            # the run id is the partition's, always text (the files of older runs hold it too, the same: not read)
+            pattern = f"data/{PARTITION}=*/{name}/*.parquet"
             columns = ", ".join(OLDER_RUNS.get((name, c), f'"{c}"') for c in schema.names)
             con.execute(
                 f"CREATE OR REPLACE VIEW {name} AS SELECT {columns} FROM read_parquet({ROOT_SQL} || '{pattern}', "
-                "union_by_name = true, hive_partitioning = false)"
+                f"union_by_name = true, hive_partitioning = true, hive_types = {{'{PARTITION}': 'VARCHAR'}})"
             )
         con.execute("INSERT OR REPLACE INTO atlas_meta VALUES ('view_state', ?)", [self._view_state()])
         write_macros(con)
@@ -486,24 +549,29 @@ class Store:
 
     def put(self, run_id: str, table: str, name: str, columns: dict[str, object], n_rows: int) -> None:
         """Write one results file of ``table`` for a run (replacing one of the same name): at once, or with the
-        other files of the open ``transaction()``."""
-        final = self.data / run_id / table / f"{name}.parquet"
+        other files of the open ``transaction()``. ``columns``' run_id, where given, is ``run_id`` (the folder's)."""
+        if columns.get(PARTITION, run_id) != run_id:
+            raise ValueError(f"{table}: rows of run {columns[PARTITION]!r} in the folder of run {run_id!r}")
+        columns = {key: value for key, value in columns.items() if key != PARTITION}
+        final = self.run_folder(run_id) / table / f"{name}.parquet"
         with self.transaction():
             pending = final.with_name(f".{final.name}.{uuid.uuid4().hex[:12]}{PENDING}")
             _PENDING[self.root.absolute()].append((pending, final))
-            write_parquet(to_table(table, columns, n_rows), pending)
+            write_parquet(to_table(table, columns, n_rows, partitioned=True), pending)
 
     def publish(self, run_id: str, run_row: dict[str, object], tables: tuple[str, ...]) -> None:
         """Make a staged run (``staging/<run_id>``, its chunks written) visible: its ``runs`` row written, an empty
         file for each of ``tables`` that has none (every table has a file), and the staging folder renamed into
-        ``data/``, one atomic step (the views read data/*/<table>/*.parquet: the run is visible from then on)."""
+        ``data/`` as the run's partition, one atomic step (the views read data/run_id=*/<table>/*.parquet: the run is
+        visible from then on)."""
         staging = self.staging / run_id
-        write_parquet(to_table("runs", run_row, 1), staging / "runs" / "part-00000.parquet")
+        row = {key: value for key, value in run_row.items() if key != PARTITION}
+        write_parquet(to_table("runs", row, 1, partitioned=True), staging / "runs" / "part-00000.parquet")
         for name in tables:
             if not any((staging / name).glob("*.parquet")):
-                write_parquet(to_table(name, {}, 0), staging / name / "part-00000.parquet")
+                write_parquet(to_table(name, {}, 0, partitioned=True), staging / name / "part-00000.parquet")
         self.data.mkdir(parents=True, exist_ok=True)
-        staging.rename(self.data / run_id)
+        staging.rename(self.run_folder(run_id))
 
     def export(
         self, con: duckdb.DuckDBPyConnection, out: Path, run_id: str | None = None, progress: bool = True
@@ -559,7 +627,7 @@ class Store:
             return
         with self.writing():
             self.db.unlink(missing_ok=True)
-            shutil.rmtree(self.data / SCHEMA_DIR, ignore_errors=True)
+            shutil.rmtree(self.run_folder(SCHEMA_RUN), ignore_errors=True)
             for folder in (self.data, self.staging):
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
@@ -569,9 +637,7 @@ class Store:
 
     def run_ids(self) -> list[str]:
         """Every run id with a folder in data/ (ingested runs and the task models' results)."""
-        if not self.data.is_dir():
-            return []
-        return sorted(p.name for p in self.data.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return run_ids_in(self.data)
 
     def unfinished_runs(self) -> list[str]:
         """Runs whose ingest was interrupted (re-running the same ingest resumes them)."""
@@ -586,8 +652,7 @@ class Store:
         with self.writing():
             found: dict[str, tuple[Path, str]] = {}
             for run_id in run_ids:
-                for folder, what in ((self.data, "run"), (self.staging, "unfinished ingest")):
-                    path = folder / run_id
+                for path, what in ((self.run_folder(run_id), "run"), (self.staging / run_id, "unfinished ingest")):
                     if run_id and not run_id.startswith(".") and "/" not in run_id and path.is_dir():
                         found[run_id] = (path, what)
                         break

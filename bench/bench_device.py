@@ -6,15 +6,19 @@
         [--no-warm-up] [--no-stages] [--same] [--profile]
     python bench/bench_device.py --memory 1023 4095 [--count K] --model FOLDER --random-init --config ...
 
-For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
+For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). With --random-init the weights are made on
+the device, in the run's dtype, under the seed 0 (``bench/shapes.py`` makes a published model's shape: Llama-3.1-8B's
+never passes through the host). Prints:
 1. the inputs: read, aligned and grouped into the ingest's forward batches beforehand, their seconds;
 2. on the device alone, over those prepared batches (the median of --passes passes each): (a) the model's eager
    forward pass with every layer's attention captured, in the run's dtype (an input read by rows: its attention
    computed block by block, as the ingest computes it), and (b) the model's forward pass with PyTorch's SDPA
    attention in bfloat16, which gives no attention weights: what the model costs a user who wants none;
-3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), and the device's peak
-   memory during it; with --same, whether each ingest's store is the first one's, table by table (rows, the sum of
-   the rows' hashes and each column's); with --profile, one more ingest under torch's profiler: the operators and
+3. the ingest (a fresh store each time; the median of --repeat), its ratios to (a) and (b), the tokens per second
+   of the ingest, (a) and (b): the run's tokens as the ingest stores them (runs.n_tokens, the inputs' lengths
+   summed, padding not counted) over each one's median seconds, and the device's peak memory during the ingest;
+   with --same, whether each ingest's store is the first one's, table by table (rows, the sum of the rows' hashes
+   and each column's); with --profile, one more ingest under torch's profiler: the operators and
    kernels by the device's time;
 4. ``## stages``: one more ingest with each stage timed (atlas.ingestion.stages: the device waited for at each stage's
    end, so this ingest is slower than the ones above; stages in different threads overlap, so their seconds can add up
@@ -31,6 +35,7 @@ For CORPUS with ``--format repeated`` give ``-`` (the tokens are drawn). Prints:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -101,7 +106,7 @@ def prepared(lm: LoadedModel, corpus: CorpusInfo, settings: Settings) -> tuple[l
     budget = _budget(lm, settings)
     batches, weights = [], 0
     for block in chunks(corpus, lm, settings, inputs):
-        chunk = _prepare_chunk(lm, inputs, "bench", block, settings, budget)
+        chunk = _prepare_chunk(lm, inputs, block, settings, budget)
         for batch in chunk.batches:
             ids = [(lay.input_ids, lay.type_ids) for lay in batch.layouts]
             weights += lm.n_layers * lm.n_heads * sum(len(i) ** 2 for i, _ in ids)
@@ -200,8 +205,15 @@ def profiled(corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settin
     print(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=60))
 
 
-def model_of(args: argparse.Namespace, dtype: str) -> LoadedModel:
-    return load_model(args.model, random_init=args.random_init, seed=0, dtype=dtype, **config_overrides(args.config))
+def model_of(args: argparse.Namespace, dtype: str, device: torch.device) -> LoadedModel:
+    """The model on ``device``; with --random-init its weights are made there, in ``dtype``, under the seed 0 (the
+    device's own generator: on a CPU the weights of before, on CUDA others, the same run after run), so a large
+    shape (Llama-3.1-8B's 14 GiB in bfloat16) is never whole on the host."""
+    overrides = config_overrides(args.config)
+    with torch.device(device) if args.random_init else contextlib.nullcontext():
+        lm = load_model(args.model, random_init=args.random_init, seed=0, dtype=dtype, **overrides)
+    lm.model.to(device)
+    return lm
 
 
 def rss_mb() -> float:
@@ -213,9 +225,8 @@ def rss_mb() -> float:
 def memory_child(args: argparse.Namespace) -> None:
     """One ingest of repeated tokens of length ``args.length``; prints what it adds to the memory, as JSON."""
     settings = settings_of(args)
-    lm = model_of(args, settings.dtype)
     device = resolve_device(settings.device)
-    lm.model.to(device)
+    lm = model_of(args, settings.dtype, device)
     corpus = corpus_of(args)
     before = rss_mb()
     device_before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
@@ -289,8 +300,7 @@ def main() -> None:
         return
     settings = settings_of(args)
     device = resolve_device(settings.device)
-    lm = model_of(args, settings.dtype)
-    lm.model.to(device)
+    lm = model_of(args, settings.dtype, device)
     settings = replace(settings, max_length=settings.max_length or lm.max_positions)
     corpus = corpus_of(args)
     print(
@@ -319,6 +329,10 @@ def main() -> None:
             ingest(corpus, Store(work / f"store{k}"), lm, settings, progress=False)
             ingests.append(time.perf_counter() - start)
             peaks.append(torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0)
+            if not k:  # the tokens as the ingest stores them: its inputs' lengths summed (padding not counted)
+                con = Store(work / f"store{k}").connect()
+                tokens = con.execute("SELECT n_tokens FROM runs").fetchone()[0]
+                con.close()
             if args.same:
                 sums = checksums(Store(work / f"store{k}"))
                 first = first or sums
@@ -333,6 +347,9 @@ def main() -> None:
               f"{' ' * max(0, 22 - 6 * args.repeat)} {seconds:9.3f}")  # fmt: skip
         print(f"ingest / (a)                                              {seconds / eager:9.2f}")
         print(f"ingest / (b)                                              {seconds / sdpa:9.2f}")
+        print(f"tokens per second ({tokens:,} tokens: the run's n_tokens, its inputs' lengths summed)")
+        for label, s in (("ingest", seconds), ("(a) eager forward with capture", eager), ("(b) SDPA forward", sdpa)):
+            print(f"  {label:<56}{tokens / s:9,.0f}")
         if device.type == "cuda":
             print(f"peak GPU memory during an ingest: {max(peaks):.1f} GiB")
         for k, verdict in enumerate(sameness, start=2):

@@ -2,11 +2,15 @@
 and a tokenizer trained here, offline, on the shipped samples' text.
 
     python bench/shapes.py llama-3.2-1b FOLDER   # 16 layers x 32 heads, 8 KV heads, hidden 2048, vocabulary 128,256
+    python bench/shapes.py llama-3.1-8b FOLDER   # 32 layers x 32 heads, 8 KV heads, hidden 4096, vocabulary 128,256
     python bench/shapes.py bert-base FOLDER      # 12 layers x 12 heads, hidden 768 (a WordPiece tokenizer)
 
 Then ``--model FOLDER --random-init``. Llama-3.2-1B's config as published (its RoPE scaling left out: the same
-work); its tokenizer here is a byte-level BPE of at most 8,192 pieces (7,953 from the samples) with Llama 3's split
-pattern and ``<|begin_of_text|>`` first (the drawn or read ids stay below the model's vocabulary).
+work); Llama-3.1-8B's as published, its RoPE scaling (llama3, factor 8) in; both Llamas' tokenizer here is a
+byte-level BPE of at most 8,192 pieces (7,953 from the samples) with Llama 3's split pattern and
+``<|begin_of_text|>`` first (the drawn or read ids stay below the model's vocabulary). Llama-3.1-8B has 8.03 B
+parameters, 7.50 B without its output layer (the ingest loads the bare model): 14 GiB in bfloat16, which
+``bench_device.py --random-init`` makes on the run's device, never on the host.
 """
 
 from __future__ import annotations
@@ -66,6 +70,21 @@ def llama_3_2_1b(folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
+def llama_3_1_8b(folder: Path) -> None:
+    tok = llama3_tokenizer()
+    rope_scaling = {
+        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=131072, rope_theta=500000.0, rope_scaling=rope_scaling,
+        rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    config.save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
 def bert_tokenizer() -> PreTrainedTokenizerFast:
     """BERT's: lower-cased WordPiece, [CLS] a [SEP] (b [SEP])."""
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
@@ -92,7 +111,7 @@ def bert_base(folder: Path) -> None:
     tok.save_pretrained(folder)
 
 
-SHAPES = {"llama-3.2-1b": llama_3_2_1b, "bert-base": bert_base}
+SHAPES = {"llama-3.2-1b": llama_3_2_1b, "llama-3.1-8b": llama_3_1_8b, "bert-base": bert_base}
 
 
 def main() -> None:

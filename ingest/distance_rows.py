@@ -143,18 +143,22 @@ class DistanceRows:
         host = to_host({"means": (sums / rows[:, None, None, None, None]).float()})["means"]
         batch, layers, heads = host.shape[:3]
         columns: dict[str, list[np.ndarray]] = {name: [] for name in ("layer", "head", "bucket", *COLUMNS)}
-        counts = np.zeros(batch, dtype=np.int64)
-        for b, n in enumerate(self.lengths):
-            kept = n_buckets(n)
-            grid = np.indices((layers, heads, kept)).reshape(3, -1)
-            columns["layer"].append(grid[0].astype(LAYER_TYPE))
-            columns["head"].append(grid[1].astype(LAYER_TYPE))
-            columns["bucket"].append(grid[2].astype(BUCKET_TYPE))
-            values = host[b, ..., :kept].transpose(2, 0, 1, 3).reshape(len(COLUMNS), -1)  # [columns, rows]
+        kept = np.array([n_buckets(n) for n in self.lengths])
+        counts = (layers * heads * kept).astype(np.int64)
+        # inputs in runs of the same number of buckets (a batch's inputs are of about one length), each run at once
+        cuts = [0, *(np.flatnonzero(np.diff(kept)) + 1).tolist(), batch]
+        for start, stop in zip(cuts[:-1], cuts[1:], strict=True):
+            k, g = int(kept[start]), stop - start
+            grid = np.indices((layers, heads, k)).reshape(3, -1)
+            for name, keys, kind in zip(("layer", "head", "bucket"), grid, KEY_TYPES, strict=True):
+                columns[name].append(np.tile(keys.astype(kind), g))
+            values = host[start:stop, ..., :k].transpose(3, 0, 1, 2, 4).reshape(len(COLUMNS), -1)  # [columns, rows]
             for name, value in zip(COLUMNS, values, strict=True):
                 columns[name].append(value)
-            counts[b] = layers * heads * kept
         return {name: np.concatenate(parts) for name, parts in columns.items()}, counts
+
+
+KEY_TYPES = (LAYER_TYPE, LAYER_TYPE, BUCKET_TYPE)  # of the layer, head and bucket columns
 
 
 def empty_columns() -> dict[str, np.ndarray]:

@@ -156,11 +156,11 @@ class _Chunk:
 
 
 def _prepare_chunk(
-    lm: LoadedModel, inputs: Inputs, run_id: str, examples: list[Example], settings: Settings, budget: Budget
+    lm: LoadedModel, inputs: Inputs, examples: list[Example], settings: Settings, budget: Budget
 ) -> _Chunk:
     """The work of a chunk before its forward passes (on a CPU, done while the last chunk is written). An input
     whose maps exceed the budget is read in blocks of rows, where the model allows (``capture.reads_rows``)."""
-    rows = ChunkRows(run_id, dense=settings.kept_mass is None)
+    rows = ChunkRows(dense=settings.kept_mass is None)
     device = resolve_device(settings.device)
     n_attn = lm.n_layers * lm.n_heads
     by_rows = reads_rows(lm.model)
@@ -342,13 +342,13 @@ def _by_rows(chunk: _Chunk) -> int:
 
 
 def stage_chunk(
-    lm: LoadedModel, inputs: Inputs, run_id: str, chunk: int, examples: list[Example], settings: Settings, staging: Path
+    lm: LoadedModel, inputs: Inputs, chunk: int, examples: list[Example], settings: Settings, staging: Path
 ) -> dict[str, int]:
     """Stage chunk ``chunk`` of ``chunks`` as ``_stage_chunks`` does (rows through the model, Parquet files, done
     marker) and return its counts: the unit of work of an engine that runs chunks elsewhere
     (``atlas.ingestion.ray_engine``)."""
     with tqdm(disable=True) as bar:
-        ready = _prepare_chunk(lm, inputs, run_id, examples, settings, _budget(lm, settings))
+        ready = _prepare_chunk(lm, inputs, examples, settings, _budget(lm, settings))
         by_rows = _by_rows(ready)
         rows = _run_chunk(lm, ready, settings, _Progress(bar))
     counts = _counts(examples, rows, by_rows)
@@ -391,7 +391,7 @@ def _yield_to_the_model() -> None:
 
 
 def _stage_chunks(
-    corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
+    corpus: CorpusInfo, lm: LoadedModel, settings: Settings, staging: Path, progress: bool
 ) -> dict[str, int]:
     """Run every chunk not yet marked done into the staging folder; return the run's totals."""
     totals = {"examples": 0, "skipped": 0, "tokens": 0, "edges": 0, "by_rows": 0}
@@ -418,7 +418,7 @@ def _stage_chunks(
         for chunk, block in enumerate(staged("reading and aligning", chunks(corpus, lm, settings, inputs))):
             counts = read_marker(done_marker(staging, chunk))
             with stage("reading and aligning"):
-                ready = None if counts is not None else _prepare_chunk(lm, inputs, run_id, block, settings, budget)
+                ready = None if counts is not None else _prepare_chunk(lm, inputs, block, settings, budget)
             yield chunk, block, counts, ready
 
     with (
@@ -471,8 +471,8 @@ def _stage_chunks(
     return totals
 
 
-# stages a run's pending chunks: (corpus, lm, run_id, settings, staging, progress) -> the run's totals
-Stager = Callable[[CorpusInfo, LoadedModel, str, Settings, Path, bool], dict[str, int]]
+# stages a run's pending chunks: (corpus, lm, settings, staging, progress) -> the run's totals
+Stager = Callable[[CorpusInfo, LoadedModel, Settings, Path, bool], dict[str, int]]
 
 
 def ingest(
@@ -493,7 +493,7 @@ def ingest(
     reader(corpus.fmt).check_fits(corpus, lm.tokenizer, max_length, model_limit)
     settings = replace(settings, max_length=max_length)
     run_id = run_id_for(corpus, lm, settings)
-    if (store.data / run_id).is_dir():
+    if store.run_folder(run_id).is_dir():
         return IngestResult(run_id, True, 0, 0, 0)
     with store.writing():  # one writer per store for the whole ingest; a second one is refused at once
         return _stage_and_publish(corpus, store, lm, settings, run_id, progress, stage or _stage_chunks)
@@ -503,7 +503,7 @@ def _stage_and_publish(
     corpus: CorpusInfo, store: Store, lm: LoadedModel, settings: Settings, run_id: str, progress: bool, stage: Stager
 ) -> IngestResult:
     max_length = settings.max_length
-    final = store.data / run_id
+    final = store.run_folder(run_id)
     if final.is_dir():  # published by another process before this one took the lock
         return IngestResult(run_id, True, 0, 0, 0)
     created = not store.exists()
@@ -519,7 +519,7 @@ def _stage_and_publish(
         with ThreadPoolExecutor(max_workers=1) as side:  # the database beside the first chunk's reading
             database = side.submit(store.write_database)
             try:
-                totals = stage(corpus, lm, run_id, settings, staging, progress)
+                totals = stage(corpus, lm, settings, staging, progress)
             finally:
                 database.result()
         if changed(corpus):  # a drawn corpus (--format repeated) has no file

@@ -79,13 +79,12 @@ class ChunkStager:
         model_hash: str,
         config: dict[str, object],
         corpus: Path,
-        run_id: str,
         settings: Settings,
         staging: Path,
         stop: ray.actor.ActorHandle,
         blocks: dict[int, ray.ObjectRef],
     ) -> None:
-        self.run_id, self.settings, self.staging, self.stop, self.blocks = run_id, settings, staging, stop, blocks
+        self.settings, self.staging, self.stop, self.blocks = settings, staging, stop, blocks
         self.failed: str | None = None
         try:
             if not (staging / "done").is_dir():  # made by the driver before any worker starts
@@ -108,7 +107,7 @@ class ChunkStager:
                 if self.failed is not None:
                     raise AtlasError(self.failed)
                 examples: list[Example] = ray.get(self.blocks[chunk])
-                done = stage_chunk(self.lm, self.inputs, self.run_id, chunk, examples, self.settings, self.staging)
+                done = stage_chunk(self.lm, self.inputs, chunk, examples, self.settings, self.staging)
                 errors.append(None)
                 counts.append(done)
             except Exception as exc:  # noqa: BLE001 (the driver names the chunk and stops)
@@ -128,7 +127,7 @@ class RayEngine:
     gpus_per_worker: float = 0
 
     def __call__(
-        self, corpus: CorpusInfo, lm: LoadedModel, run_id: str, settings: Settings, staging: Path, progress: bool
+        self, corpus: CorpusInfo, lm: LoadedModel, settings: Settings, staging: Path, progress: bool
     ) -> dict[str, int]:
         totals: Counter[str] = Counter()
         refs, blocks, first_lines = [], {}, {}
@@ -147,7 +146,7 @@ class RayEngine:
                 refs.append(ray.put(pa.table({"chunk": [chunk]})))
             if refs:
                 staging = staging.resolve()
-                totals.update(self._stage(refs, blocks, first_lines, corpus, lm, run_id, settings, staging, progress))
+                totals.update(self._stage(refs, blocks, first_lines, corpus, lm, settings, staging, progress))
         finally:
             if started:
                 ray.shutdown()
@@ -177,7 +176,6 @@ class RayEngine:
         first_lines: dict[int, tuple[int, int, int]],
         corpus: CorpusInfo,
         lm: LoadedModel,
-        run_id: str,
         settings: Settings,
         staging: Path,
         progress: bool,
@@ -197,7 +195,6 @@ class RayEngine:
             "model_hash": lm.model_hash,
             "config": lm.config_overrides,
             "corpus": corpus.path.resolve(),
-            "run_id": run_id,
             "settings": settings,
             "staging": staging,
             "stop": Stop.remote(),

@@ -16,6 +16,7 @@ from atlas.ingestion.readers import check_options, reader
 from atlas.ingestion.readers.base import CorpusOptions
 from atlas.ingestion.readers.corpus_info import CorpusInfo
 from atlas.model.identity import DEFAULT_MODEL, model_identity
+from atlas.store import run_ids_in
 
 CHUNK_EXAMPLES = 512  # examples per Parquet part
 MAX_EDGES = 6  # default cap on the edges kept per attention row (sparse setting)
@@ -182,7 +183,8 @@ def ingested_run(
     except AtlasError:
         return None  # refused by the corpus check (an option of another format, a GLUE file without its task)
     start = _readable_part(info, model or DEFAULT_MODEL, random_init, seed)
-    if not any(p.name.startswith(start) for p in data.iterdir()):
+    ids = run_ids_in(data)
+    if not any(run_id.startswith(start) for run_id in ids):
         return None  # no run of this corpus and model: neither is hashed
     lm = model_identity(model, random_init, seed, config)
     if lm is None or (not settings.max_length and lm.max_positions is None):
@@ -190,4 +192,4 @@ def ingested_run(
     max_length = settings.max_length or lm.max_positions
     info = read.with_sha256(info)
     run_id = run_id_for(info, lm, replace(settings, max_length=max_length))
-    return run_id if (data / run_id).is_dir() else None
+    return run_id if run_id in ids else None

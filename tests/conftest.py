@@ -80,14 +80,46 @@ def rewrite_as_before(root: Path, run_id: str, tables: tuple[str, ...], columns:
     import duckdb
     import pyarrow.parquet as pq
 
+    run, schema = root / "data" / f"run_id={run_id}", root / "data" / "run_id=.schema"
     for name in tables:
-        for folder in (root / "data" / run_id / name, root / "data" / ".schema" / name):
+        for folder in (run / name, schema / name):
             shutil.rmtree(folder)
     for name, dropped in columns.items():
-        for part in [*(root / "data" / run_id / name).glob("*.parquet"), *(root / "data" / ".schema" / name).glob("*")]:
+        for part in [*(run / name).glob("*.parquet"), *(schema / name).glob("*")]:
             pq.write_table(pq.read_table(part).drop_columns(dropped), part)
     con = duckdb.connect(str(root / "atlas.duckdb"))
     con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
+    con.close()
+
+
+def as_older_layout(root: Path) -> None:
+    """Rewrite the store at ``root`` as atlas wrote stores before the runs' Hive partitions: each run's folder
+    ``data/<run_id>`` and its run id the first column of every file, dictionary-encoded; the schema files under
+    ``data/.schema``; views over ``data/*/<table>/*.parquet`` read without partitions, of another view state."""
+    import duckdb
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from atlas.store import ROOT_SQL, table_schemas
+
+    data = root / "data"
+    for folder in sorted(data.glob("run_id=*")):
+        run_id = folder.name.removeprefix("run_id=")
+        older = data / run_id
+        folder.rename(older)
+        for part in older.glob("*/*.parquet"):  # the schema files too: no rows, every declared column
+            table = pq.read_table(part)
+            ids = pa.DictionaryArray.from_arrays(pa.array([0] * table.num_rows, pa.int32()), pa.array([run_id]))
+            pq.write_table(table.add_column(0, "run_id", ids), part)
+    con = duckdb.connect(str(root / "atlas.duckdb"))
+    for name, schema in table_schemas().items():
+        columns = ", ".join(f'"{c}"' for c in schema.names)
+        files = f"{ROOT_SQL} || 'data/*/{name}/*.parquet'"
+        con.execute(
+            f"CREATE OR REPLACE VIEW {name} AS SELECT {columns} FROM read_parquet({files}, union_by_name = true, "
+            "hive_partitioning = false)"
+        )
+    con.execute("UPDATE atlas_meta SET value = 'older layout' WHERE key = 'view_state'")
     con.close()
 
 

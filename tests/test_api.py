@@ -267,7 +267,7 @@ def test_table_derives_the_columns_older_runs_lack_as_the_views_do(sample, tmp_p
     shutil.copytree(sample[0], old)
     orders = {"tokens": ("role", "example_id, tok_idx"), "attn_rows": ("to_first", "example_id, layer, head, src_tok")}
     for name, (column, _) in orders.items():
-        for part in old.glob(f"data/[!.]*/{name}/*.parquet"):  # the run's files, not the .schema ones
+        for part in old.glob(f"data/run_id=[!.]*/{name}/*.parquet"):  # the run's files, not the .schema ones
             pq.write_table(pq.read_table(part).drop_columns([column]), part)
     with atlas.open(old) as before:
         for name, (column, order) in orders.items():

@@ -469,7 +469,7 @@ def test_rm_and_unfinished_runs(store_dir, tmp_path):
     result = atlas("rm", run_id, "--store", str(copy))
     assert result.exit_code == 0 and f"removed run {run_id}" in result.output
     assert atlas("sql", "SELECT count(*) FROM tokens", "--store", str(copy), "--format", "csv").stdout.split()[1] == "0"
-    assert not (copy / "data" / run_id).exists() and not list(copy.glob(".trash-*"))
+    assert not Store(copy).run_folder(run_id).exists() and not list(copy.glob(".trash-*"))
     result = atlas("rm", run_id, "--store", str(copy))
     assert result.exit_code == 1 and f"'{run_id}': no such run" in result.output
 

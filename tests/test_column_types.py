@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -30,7 +29,7 @@ from atlas.ingestion.sparsify import _keys, batch_rows
 from atlas.ingestion.tensor_rows import _edge_columns
 from atlas.ingestion.write import write_table
 from atlas.store import Store, table_schemas, to_table
-from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, cut_conllu, make_store
+from tests.conftest import EWT_SAMPLE, GUM_SAMPLE, answer_or_refusal, as_older_layout, cut_conllu, make_store
 
 # the columns schema.sql declared TINYINT (layers, heads) and SMALLINT (positions, counts) before they were widened
 LAYERS = {"layer", "head", "layer_a", "head_a", "layer_b", "head_b"}
@@ -61,14 +60,13 @@ def _older(table: pa.Table, name: str) -> pa.Table:
 
 
 def _make_older(root: Path, run_id: str) -> None:
-    """Rewrite a run's files and the store's .schema files with the older types, and mark the views as those of
-    another schema (as a store written before the change: the next connection rewrites them)."""
+    """Rewrite a store of one run as atlas wrote it before the run partitions (``as_older_layout``) and the wider
+    types: its run's files and the .schema files with the older types, the views of another schema (the next
+    connection rewrites them)."""
+    as_older_layout(root)
     for part in [*root.glob(f"data/{run_id}/*/*.parquet"), *root.glob("data/.schema/*/*.parquet")]:
         name = part.parent.name
         pq.write_table(_older(pq.read_table(part), name), part, compression="zstd")
-    con = duckdb.connect(str(root / "atlas.duckdb"))
-    con.execute("UPDATE atlas_meta SET value = 'older schema' WHERE key = 'view_state'")
-    con.close()
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +136,7 @@ def test_the_rows_come_in_the_store_types(monkeypatch, rows):
 
 def test_mixed_store_reads_every_file_in_the_declared_types(stores):
     new, mixed, run_a, _ = stores
-    older = pq.read_schema(next((mixed / "data" / run_a / "attn_rows").glob("*.parquet")))
+    older = pq.read_schema(next((mixed / "data" / f"run_id={run_a}" / "attn_rows").glob("*.parquet")))
     assert (older.field("layer").type, older.field("argmax_tok").type) == (pa.int8(), pa.int16())
     with Store(new).connect() as a, Store(mixed).connect() as b:
         for name in table_schemas():
@@ -241,10 +239,10 @@ def test_heads_and_positions_beyond_the_older_ranges_survive_a_write_and_a_read(
     }
     store = Store(tmp_path / "store")
     store.create()
-    run = store.data / "long-run"
-    write_table(run, 0, "attn_edges", to_table("attn_edges", {"run_id": "long-run", **columns}, len(far)), False)
+    run = store.run_folder("long-run")
+    write_table(run, 0, "attn_edges", to_table("attn_edges", columns, len(far), partitioned=True), False)
     words = {"example_id": [1], "word_idx": [40_000], "conllu_id": [40_001], "first_tok": [39_999], "n_toks": [35_000]}
-    write_table(run, 0, "words", to_table("words", {"run_id": "long-run", **words}, 1), False)
+    write_table(run, 0, "words", to_table("words", words, 1, partitioned=True), False)
     con = store.connect()
     got = con.execute("SELECT max(layer), max(head), max(src_tok), min(dst_tok), count(*) FROM attn_edges").fetchone()
     assert got == (1, 199, 40_000, 39_997, 12)

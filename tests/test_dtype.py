@@ -149,8 +149,8 @@ def test_older_runs_read_as_float32(both, tmp_path):
     store, float32, _ = both
     old, new = Store(store), Store(tmp_path / "old")
     new.make_folders()
-    for part in (old.data / float32).rglob("*.parquet"):
-        target = new.data / float32 / part.relative_to(old.data / float32)
+    for part in old.run_folder(float32).rglob("*.parquet"):
+        target = new.run_folder(float32) / part.relative_to(old.run_folder(float32))
         target.parent.mkdir(parents=True, exist_ok=True)
         table = pq.read_table(part)
         pq.write_table(table.drop_columns(["dtype"]) if part.parent.name == "runs" else table, target)
@@ -257,7 +257,7 @@ def test_a_ray_worker_loads_the_drivers_dtype_and_config(tmp_path, corpus):
     (tmp_path / "done").mkdir()
     settings = Settings(dtype="bfloat16")
     worker = ray_engine.ChunkStager(
-        driver.source, True, 0, driver.model_hash, driver.config_overrides, corpus, "r", settings, tmp_path, None, {}
+        driver.source, True, 0, driver.model_hash, driver.config_overrides, corpus, settings, tmp_path, None, {}
     )
     assert worker.failed is None
     assert (worker.lm.dtype, worker.lm.n_layers, worker.lm.n_heads) == ("bfloat16", 2, 4)

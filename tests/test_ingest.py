@@ -232,7 +232,7 @@ def test_a_chunk_puts_its_batches_rows_in_example_order():
         fields = [f for f in table_schemas()[table] if f.name not in ("run_id", "example_id")]
         return {f.name: given.get(f.name, np.zeros(n, f.type.to_pandas_dtype())) for f in fields}
 
-    rows = ChunkRows("r", dense=False)
+    rows = ChunkRows(dense=False)
     first = columns("attn_rows", layer=np.arange(5), to_first=np.ma.array(np.arange(5.0), mask=[1, 1, 0, 0, 0]))
     edges = columns("attn_edges", weight=np.array([0.5, 0.25, 1.0]))
     rows.add_attention([3, 0], {"attn_rows": (first, np.array([2, 3])), "attn_edges": (edges, np.array([1, 2]))})

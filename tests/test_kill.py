@@ -34,14 +34,14 @@ WRITING = (".pending", ".tmp", ".json")  # what a writer leaves while it writes 
 
 
 def visible(store: Path) -> dict[str, int]:
-    """What the views read: every Parquet file of data/ not hidden, with its row count (after a reader
-    opened the store, which completes journalled results)."""
+    """What the views read: every Parquet file of a run's folder (data/run_id=<run id>) not hidden, as <run
+    id>/<table>/<file>, with its row count (after a reader opened the store, which completes journalled results)."""
     Store(store).connect().close()
     data = store / "data"
     return {
-        str(p.relative_to(data)): pq.ParquetFile(p).metadata.num_rows
-        for p in sorted(data.glob("*/*/*.parquet"))
-        if not any(part.startswith(".") for part in p.relative_to(data).parts)
+        str(p.relative_to(data)).removeprefix("run_id="): pq.ParquetFile(p).metadata.num_rows
+        for p in sorted(data.glob("run_id=*/*/*.parquet"))
+        if not any(part.startswith(".") for part in str(p.relative_to(data)).removeprefix("run_id=").split("/"))
     }
 
 

@@ -160,7 +160,7 @@ def test_a_failing_worker_publishes_nothing_and_a_single_process_rerun_completes
     assert failed.exit_code == 1 and failed.output.count("\n") == 1, failed.output
     assert failed.output.startswith(f"Error: {corpus}:{line}: chunk 3 (examples 18-23) failed on a Ray worker: Index")
     run_id = whole[1]
-    assert not (store.data / run_id).exists() and 3 not in staged_chunks(store, run_id)
+    assert not store.run_folder(run_id).exists() and 3 not in staged_chunks(store, run_id)
 
     monkeypatch.undo()
     done_before = staged_chunks(store, run_id)
@@ -192,7 +192,7 @@ def test_ingests_interrupted_by_either_engine_resume_with_ray(ray_local, tmp_pat
     with pytest.raises(KeyboardInterrupt):
         ray_ingest(store, corpus, model, workers=1)
     done = staged_chunks(store, run_id)
-    assert {0, 1} < set(done) and not (store.data / run_id).exists()
+    assert {0, 1} < set(done) and not store.run_folder(run_id).exists()
     assert store.unfinished_runs() == [run_id]
     monkeypatch.undo()
     assert_same_store(store, whole, ray_ingest(store, corpus, model, workers=1).run_id)
@@ -207,7 +207,7 @@ def test_a_worker_that_does_not_see_the_staging_folder_refuses_to_write(ray_loca
     refs, blocks = [ray.put(pa.table({"chunk": [0]}))], {0: ray.put(block)}
     with pytest.raises(AtlasError) as failed:
         ray_engine.RayEngine(workers=1)._stage(
-            refs, blocks, {0: (1, 0, CHUNK - 1)}, check_corpus(corpus), model, "r", settings, elsewhere, False
+            refs, blocks, {0: (1, 0, CHUNK - 1)}, check_corpus(corpus), model, settings, elsewhere, False
         )
     message = str(failed.value)
     assert message.startswith(f"{corpus}:1: chunk 0 (examples 0-5) failed on a Ray worker: {elsewhere}: not found on")

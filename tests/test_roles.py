@@ -180,7 +180,7 @@ def test_a_run_without_roles_is_refused_in_one_line(runs, tmp_path):
     st, run_id, _ = runs["roberta"]
     copy = tmp_path / "old"
     shutil.copytree(st.store.root, copy)
-    for part in (copy / "data" / run_id / "tokens").glob("*.parquet"):
+    for part in (copy / "data" / f"run_id={run_id}" / "tokens").glob("*.parquet"):
         table = pq.read_table(part)
         pq.write_table(table.drop_columns(["role"]), part)
     old = atlas.open(copy)

@@ -82,8 +82,8 @@ def test_the_shared_needs_translate():
 
 def test_both_engines_answer_through_the_one_answer_path(tmp_path):
     """Binding, run checks, needs and titles are atlas.engine's, for either engine; Spark's engine only runs SQL."""
-    (tmp_path / "data" / "r" / "runs").mkdir(parents=True)
-    (tmp_path / "data" / "r" / "runs" / "part-00000.parquet").touch()
+    (tmp_path / "data" / "run_id=r" / "runs").mkdir(parents=True)
+    (tmp_path / "data" / "run_id=r" / "runs" / "part-00000.parquet").touch()
     spark_engine = engine.SparkEngine(Store(tmp_path))  # starts no Spark until it reads the store
     assert isinstance(spark_engine, Engine) and isinstance(DuckDBEngine(Store(tmp_path), duckdb.connect()), Engine)
 
@@ -155,7 +155,7 @@ def test_the_parquet_files_hold_only_types_every_engine_reads(store):
                 logical = str(column.logical_type)
                 assert "isSigned=false" not in logical and not logical.startswith(("UUID", "Interval")), column.path
                 assert "isAdjustedToUTC=true" not in logical, column.path
-    assert files("s3a://bucket/atlas-store/", "attn_edges") == "s3a://bucket/atlas-store/data/*/attn_edges/*.parquet"
+    assert files("s3a://bucket/atlas-store/", "attn_edges") == "s3a://bucket/atlas-store/data/run_id=*/attn_edges/*.parquet"
     assert schema_ddl("attn_edges").startswith("`run_id` STRING, `example_id` INT, `layer` SMALLINT")
 
 
@@ -211,8 +211,8 @@ def test_a_store_spark_cannot_read_is_refused_in_one_line(spark, uri, cause):
 def test_a_master_spark_cannot_start_on_is_refused_in_one_line(tmp_path):
     """In a process of its own: this one's session is running, and a running session is taken as it is."""
     code = "from atlas.cli import main; main()"
-    (tmp_path / "data" / "r" / "runs").mkdir(parents=True)  # a store's files, as far as is checked before Spark
-    (tmp_path / "data" / "r" / "runs" / "part-00000.parquet").touch()
+    (tmp_path / "data" / "run_id=r" / "runs").mkdir(parents=True)  # a store's files, as far as is checked before Spark
+    (tmp_path / "data" / "run_id=r" / "runs" / "part-00000.parquet").touch()
     args = ["query", "entropy", "--engine", "spark", "--spark-master", "bogus://x", "--store", str(tmp_path)]
     done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # a scheme no cluster manager has
@@ -307,7 +307,7 @@ def test_runs_written_before_roles_and_first_token_answer_as_now(store, spark, t
     old = tmp_path / "old"
     shutil.copytree(root, old)
     for table, column in (("tokens", "role"), ("attn_rows", "to_first")):
-        for part in (old / "data" / runs["dense"] / table).glob("*.parquet"):
+        for part in (old / "data" / f"run_id={runs['dense']}" / table).glob("*.parquet"):
             pq.write_table(pq.read_table(part).drop_columns([column]), part)
     for name in ("attention sink", "entropy", "sep to sep", "cls attention by feature"):
         now = answer_or_refusal(root, name, {})
@@ -348,7 +348,7 @@ def test_what_needs_no_spark_is_refused_before_it_starts(store, monkeypatch, tmp
         atlas.api.answer(BEST, root, engine="spark", params={"min_count": "many"})
     with pytest.raises(AtlasError, match=r"^run: 'glue baselines' takes no run"):
         atlas.api.answer("glue baselines", root, run=runs["dense"], engine="spark")
-    with pytest.raises(AtlasError, match=rf"^store='{tmp_path}': no store here \(no data/\*/runs/\*.parquet\)$"):
+    with pytest.raises(AtlasError, match=rf"^store='{tmp_path}': no store here \(no data/run_id=\*/runs/\*.parquet\)$"):
         atlas.api.answer("entropy", tmp_path, engine="spark")
 
 

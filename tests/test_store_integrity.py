@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from atlas.catalogue import entries
 from atlas.cli import cli
 from atlas.store import Store, table_schemas, to_table
-from tests.conftest import EWT_SAMPLE, cut_conllu
+from tests.conftest import EWT_SAMPLE, as_older_layout, cut_conllu
 
 ROOT = Path(__file__).resolve().parent.parent
 DUCKDB_CLI = shutil.which("duckdb", path=str(Path(sys.executable).parent)) or shutil.which("duckdb")
@@ -69,9 +69,9 @@ def test_columns_declared_not_null_are_required_in_the_files(store_dir):
     """What schema.sql declares NOT NULL is a required column in every file of the run (what the writer encodes
     without validity levels); everything else stays optional, and a NULL where none may be is refused."""
     for name, schema in table_schemas().items():
-        for path in (store_dir / "data").glob(f"*/{name}/*.parquet"):
+        for path in (store_dir / "data").glob(f"*/{name}/*.parquet"):  # the run id: its folder's, in no file
             required = {f.name for f in pq.read_schema(path) if not f.nullable}
-            assert required == {f.name for f in schema if not f.nullable}, path
+            assert required == {f.name for f in schema if not f.nullable} - {"run_id"}, path
     assert {f.name for f in table_schemas()["attn_rows"] if f.nullable} == {"to_first", "value_norm"}
     with pytest.raises(ValueError, match="attn_edges.weight: NULL in a column declared NOT NULL"):
         keys = {"run_id": "r", "example_id": 0, "layer": 0, "head": 0, "src_tok": 0, "dst_tok": [0, 1]}
@@ -80,7 +80,7 @@ def test_columns_declared_not_null_are_required_in_the_files(store_dir):
 
 def test_views_hold_no_absolute_path(store_dir):
     sql = " ".join(r[0] for r in Store(store_dir).connect().execute("SELECT sql FROM duckdb_views()").fetchall())
-    assert str(store_dir) not in sql and str(store_dir.resolve()) not in sql and "data/*/tokens/*.parquet" in sql
+    assert str(store_dir) not in sql and str(store_dir.resolve()) not in sql and "data/run_id=*/tokens/*.parquet" in sql
 
 
 def test_a_copy_reads_its_own_files_from_any_directory(store_dir, n_tokens, tmp_path):
@@ -240,7 +240,7 @@ def test_a_run_written_before_roles_and_first_token_answers_as_now(store_dir, tm
     old = tmp_path / "old"
     shutil.copytree(store_dir, old)
     for table, column in (("tokens", "role"), ("attn_rows", "to_first")):
-        for part in old.glob(f"data/[!.]*/{table}/*.parquet"):  # the runs' files, not the .schema ones
+        for part in old.glob(f"data/run_id=[!.]*/{table}/*.parquet"):  # the runs' files, not the .schema ones
             pq.write_table(pq.read_table(part).drop_columns([column]), part)
     assert Store(old).connect().execute("SELECT count(*) FROM tokens WHERE role = 'cls'").fetchone()[0] > 0
     answered = set()
@@ -254,6 +254,62 @@ def test_a_run_written_before_roles_and_first_token_answers_as_now(store_dir, tm
         if now.exit_code == 0:
             answered.add(entry.name)
     assert {"attention sink", "entropy", "feature attention", "special tokens"} <= answered, answered
+
+
+def test_a_store_written_before_the_run_partitions_answers_exports_and_compares_as_now(store_dir, n_tokens, tmp_path):
+    """A store as atlas wrote it before the runs' Hive partitions (data/<run_id>/, the run id in every file): its
+    views read it as they did until atlas opens it where it can write; then its runs' files are written again
+    without the run id (the same rows otherwise) and their folders renamed, and every entry answers as on the store
+    written now, its export holds the same rows, and a run ingested into it now compares with the older one as two
+    runs written now do."""
+    import duckdb
+
+    old, now = tmp_path / "old", tmp_path / "now"
+    shutil.copytree(store_dir, old)
+    shutil.copytree(store_dir, now)
+    as_older_layout(old)
+    (run_id,) = Store(store_dir).run_ids()
+    assert Store(old).run_ids() == [run_id]  # listed before any writer renamed its folder
+    files = {p.relative_to(old / "data" / run_id): pq.read_table(p) for p in (old / "data" / run_id).rglob("*.parquet")}
+    con = duckdb.connect(str(old / "atlas.duckdb"), read_only=True)  # the older views, as an older shell reads them
+    assert con.execute("SELECT count(*), any_value(run_id) FROM tokens").fetchone() == (n_tokens, run_id)
+    con.close()
+    listed = atlas("runs", "--store", str(old))  # the first atlas to open it where it can write brings it over, once
+    assert listed.exit_code == 0 and "an older atlas; its 1 run(s) moved to the run partitions" in listed.output
+    assert "moved to the run partitions" not in atlas("runs", "--store", str(old)).output
+    answered = set()
+    for entry in entries():
+        if entry.name == "fine-tuning change":
+            continue
+        written_now = atlas("query", entry.name, "--store", str(store_dir), "--format", "csv")
+        before = atlas("query", entry.name, "--store", str(old), "--format", "csv")
+        assert before.exit_code == written_now.exit_code, (entry.name, before.output)
+        assert _same(_cells(before.output), _cells(written_now.output)), entry.name
+        answered.add(entry.name) if written_now.exit_code == 0 else None
+    assert {"attention sink", "entropy", "best head per dependency relation"} <= answered, answered
+    folder = old / "data" / f"run_id={run_id}"
+    assert sorted(p.name for p in (old / "data").iterdir()) == ["run_id=.schema", folder.name]
+    for part, table in files.items():  # written again without the run id, the same rows otherwise
+        assert pq.read_table(folder / part).equals(table.drop_columns(["run_id"])), part
+    for store in (old, now):
+        out = str(tmp_path / f"{store.name}-export")
+        assert atlas("export", "--out", out, "--store", str(store), "--quiet").exit_code == 0
+    for table in table_schemas():  # the same rows, in any order
+        a, b = (f"'{tmp_path / f'{name}-export' / f'{table}.parquet'}'" for name in ("old", "now"))
+        rows = duckdb.sql(f"SELECT count(*) FROM {a}").fetchone()[0]
+        assert rows == duckdb.sql(f"SELECT count(*) FROM {b}").fetchone()[0], table
+        assert duckdb.sql(f"SELECT count(*) FROM (FROM {a} EXCEPT ALL FROM {b})").fetchone()[0] == 0, table
+        assert pq.read_schema(a.strip("'")) == pq.read_schema(b.strip("'")), table
+    corpus = cut_conllu(EWT_SAMPLE, 8, tmp_path / "eight.conllu")
+    compared = []
+    for store in (old, now):
+        done = atlas("ingest", "--corpus", str(corpus), "--store", str(store), "--dense", "--quiet")
+        assert done.exit_code == 0, done.output
+        (dense,) = set(Store(store).run_ids()) - {run_id}
+        compared.append(atlas("query", "entropy", "--store", str(store), "--run", run_id, "--compare", dense,
+                              "--format", "csv"))  # fmt: skip
+    assert compared[0].exit_code == 0 and _same(_cells(compared[0].output), _cells(compared[1].output))
+    assert len(_cells(compared[0].output)) > 100
 
 
 def _cells(output: str) -> list[float | str]:

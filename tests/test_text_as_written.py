@@ -465,8 +465,8 @@ def test_older_runs_read_as_words_and_mean(sparse_store, tmp_path):
     store, run_id = sparse_store
     copy = Store(tmp_path / "old")
     copy.make_folders()
-    for part in (store.data / run_id).rglob("*.parquet"):
-        target = copy.data / run_id / part.relative_to(store.data / run_id)
+    for part in store.run_folder(run_id).rglob("*.parquet"):
+        target = copy.run_folder(run_id) / part.relative_to(store.run_folder(run_id))
         target.parent.mkdir(parents=True, exist_ok=True)
         table = pq.read_table(part)
         if part.parent.name == "runs":

@@ -25,13 +25,16 @@ from atlas.catalogue import REFUSAL, Entry, refusal_line, resolve
 from atlas.engine import prepare
 from atlas.errors import AtlasError, arg, warn_notes
 from atlas.spark.sql import entry_sql, translate
-from atlas.spark.tables import columns, files, schema_ddl
+from atlas.spark.tables import base, columns, files, schema_ddl
 from atlas.store import Store, is_uri, store_named, table_schemas
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 INSTALL = "pip install 'attention-atlas[spark]'"
+RUNS_FILES = "data/run_id=*/runs/*.parquet"
+# a store of URI written before the run partitions (data/<run id>/...), which atlas updates where it writes
+OLDER_LAYOUT = "; a store written by an older atlas is read once it was opened with atlas where it can be written"
 
 # Spark's message: '[ERROR_CLASS] text SQLSTATE: P0001', on the first line or, raised in a task, a later one
 _SPARK_ERROR = re.compile(r"\[([A-Z][A-Z_]*(?:\.[A-Z_]+)*)\] (.*?)(?: SQLSTATE: \w+)?;?$", re.MULTILINE)
@@ -143,12 +146,12 @@ def register(spark: SparkSession, store: str | os.PathLike[str]) -> list[str]:
     root = store_uri(store)
     for name in table_schemas():
         try:
-            frame = spark.read.schema(schema_ddl(name)).parquet(files(root, name))
+            frame = spark.read.schema(schema_ddl(name)).option("basePath", base(root)).parquet(files(root, name))
         except (PySparkException, Py4JJavaError) as exc:  # a file system Spark has not, a host it cannot reach
             if "PATH_NOT_FOUND" not in str(exc):
                 raise AtlasError(f"{_named(store)}: Spark cannot read it ({_cause(exc)})") from None
             if name == "runs":
-                raise AtlasError(f"{_named(store)}: no store here (no data/*/runs/*.parquet)") from None
+                raise AtlasError(f"{_named(store)}: no store here (no {RUNS_FILES}){OLDER_LAYOUT}") from None
             frame = spark.createDataFrame([], schema_ddl(name))  # a store written before its .schema files
         frame.selectExpr(*columns(name)).createOrReplaceTempView(name)
     return list(table_schemas())
@@ -166,8 +169,9 @@ class SparkEngine:
         require_pyspark()
         if isinstance(store, Store):  # a folder on this machine: read without Spark
             store.check_path()
-            if not any(store.data.glob("*/runs/*.parquet")):
-                raise AtlasError(f"{store.named}: no store here (no data/*/runs/*.parquet)")
+            if not any(store.data.glob("*/runs/*.parquet")):  # its runs, in either layout
+                raise AtlasError(f"{store.named}: no store here (no {RUNS_FILES})")
+            store.connect().close()  # a store written before the run partitions: its folders renamed first
         self.store = store
         self.master = master
         self._spark = spark
