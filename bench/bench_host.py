@@ -38,7 +38,10 @@ def child(tree: Path, corpus: Path, pack: str, max_length: int | None) -> None:
     """In a process of its own: one warm-up ingest of ``corpus`` by the atlas at ``tree``, then one ingest per clock
     with its stages timed; prints their stage seconds and the run's attention rows as JSON."""
     # the atlas of ``tree``, not the one installed in this environment (an editable install finds its own checkout)
-    sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("__editable__")]
+    def editable(finder: object) -> bool:
+        return (finder if isinstance(finder, type) else type(finder)).__module__.startswith("__editable__")
+
+    sys.meta_path[:] = [f for f in sys.meta_path if not editable(f)]
     sys.path.insert(0, str(tree))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from atlas.ingestion import stages

@@ -43,7 +43,7 @@ import json
 import unicodedata
 from bisect import bisect_right
 from dataclasses import dataclass
-from itertools import pairwise
+from functools import lru_cache
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
@@ -61,7 +61,7 @@ class Pieces:
     text: list[list[str]]
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self.ids)
+        return sum(map(len, self.ids))
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ class Text:
     spans: list[tuple[int, int]]
 
 
+@lru_cache(maxsize=1 << 16)  # pieces recur: 5,600 texts among UD EWT dev's 30,000 pieces, 16,500 among train's 232,000
 def is_punct(text: str) -> bool:
     """True for a piece whose corpus characters (spaces aside) are all punctuation."""
     text = text.strip()
@@ -111,12 +112,16 @@ def written_text(sentences: list[Sentence]) -> Text:
     spans: list[tuple[int, int]] = []
     at = 0
     for s in sentences:
-        own = words_text(s.words) if s.text is None or s.spans is None else Text(s.text, s.words, s.spans)
+        if s.text is None or s.spans is None:
+            own = words_text(s.words)
+            string, own_spans = own.string, own.spans
+        else:
+            string, own_spans = s.text, s.spans
         at += 1 if parts else 0
-        parts.append(own.string)
+        parts.append(string)
         words.extend(s.words)
-        spans.extend((a + at, b + at) for a, b in own.spans)
-        at += len(own.string)
+        spans.extend([(a + at, b + at) for a, b in own_spans] if at else own_spans)
+        at += len(string)
     return Text(" ".join(parts), words, spans)
 
 
@@ -274,7 +279,8 @@ class Joining:
         string, spans = text.string, text.spans
         if self.after is None or not spans or string[0].isspace() or string[-1].isspace():
             return False
-        if spans[-1][1] != len(string) or any(a[1] > b[1] for a, b in pairwise(spans)):
+        ends = [b for _, b in spans]
+        if ends[-1] != len(string) or ends != sorted(ends):  # (by pairs in Python: 1.3 to 1.5 times the time)
             return False
         if any(c in string for c in self.starts) and any(t in string for t in self.raw):
             return False
@@ -321,14 +327,15 @@ def _by_first_character(
     string, ends = text.string, [b for _, b in text.spans]
     by_word: list[list[int]] = [[] for _ in text.words]
     texts: list[list[str]] = [[] for _ in text.words]
-    last = 0
+    last, top = 0, len(ends) - 1
     for piece, (a, b) in zip(ids, offsets, strict=True):
-        first = a
-        while first < b and string[first].isspace():
-            first += 1
-        j = max(min(bisect_right(ends, a if first == b else first), len(ends) - 1), last)
+        chars = string[a:b]
+        rest = chars.lstrip()  # without the spaces before its first other character
+        j = bisect_right(ends, b - len(rest) if rest else a)
+        j = top if j > top else j
+        j = last if j < last else j
         by_word[j].append(piece)
-        texts[j].append(string[a:b])
+        texts[j].append(chars)
         last = j
     return Pieces(by_word, texts)
 

@@ -339,10 +339,11 @@ def _compact(edge_dst, edge_w, edge_n, lengths, offsets, k, n_layers, n_heads, o
         slots = min(k, n)
         start = e
         for r in range(n_layers * n_heads):
+            layer, head = r // n_heads, r % n_heads
             for i in range(n):
                 slot = offsets[b] + (r * n + i) * slots
                 for c in range(edge_n[b, r, i]):
-                    out_layer[e], out_head[e], out_src[e] = r // n_heads, r % n_heads, i
+                    out_layer[e], out_head[e], out_src[e] = layer, head, i
                     out_dst[e], out_w[e] = edge_dst[slot + c], edge_w[slot + c]
                     e += 1
         counts[b] = e - start
@@ -529,16 +530,24 @@ def _compact_rows(edge_dst, edge_w, edge_n, r, n_heads, start, n_rows, slots, at
 def _word_spans(token_words: Sequence[Sequence[int | None]], w_max: int) -> tuple[np.ndarray, np.ndarray]:
     """Each input's first and past-the-last token of each word ``[batch, w_max]`` (a word without pieces, and words
     past an input's own: 0, 0); a word's pieces must be consecutive tokens, words in order."""
-    word_start = np.zeros((len(token_words), w_max), dtype=np.int64)
-    word_stop = np.zeros((len(token_words), w_max), dtype=np.int64)
-    for b, tw in enumerate(token_words):
-        ids = np.array([-1 if w is None else w for w in tw], dtype=np.int64)
-        tokens = np.flatnonzero(ids >= 0)
-        if len(tokens):
-            first = np.flatnonzero(np.diff(ids[tokens], prepend=-1))
-            words = ids[tokens][first]
-            starts, stops = tokens[first], tokens[np.append(first[1:], len(tokens)) - 1] + 1
-            if np.any(np.diff(words) <= 0) or len(tokens) != (stops - starts).sum():
-                raise ValueError(f"input {b}: a word's pieces are not consecutive tokens, in word order")
-            word_start[b, words], word_stop[b, words] = starts, stops
+    # the batch's tokens at once: input by input, 9 times the time over UD EWT dev, 2.6 over GUM dev's windows
+    n_batch = len(token_words)
+    lengths = np.array([len(tw) for tw in token_words], dtype=np.int64)
+    ids = np.array([-1 if w is None else w for tw in token_words for w in tw], dtype=np.int64)
+    inputs = np.repeat(np.arange(n_batch), lengths)
+    positions = np.arange(len(ids)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    tokens = np.flatnonzero(ids >= 0)  # the pieces of words, input after input
+    word, of = ids[tokens], inputs[tokens]
+    first = np.flatnonzero(np.diff(word, prepend=-1) | np.diff(of, prepend=-1))  # each word's first piece
+    last = np.flatnonzero(np.diff(word, append=-1) | np.diff(of, append=-1))  # and its last
+    words, owner = word[first], of[first]
+    starts, stops = positions[tokens[first]], positions[tokens[last]] + 1
+    disorder = owner[1:][(np.diff(words) <= 0) & (owner[1:] == owner[:-1])]
+    gaps = np.bincount(of, minlength=n_batch) != np.bincount(owner, weights=stops - starts, minlength=n_batch)
+    bad = np.union1d(disorder, np.flatnonzero(gaps))
+    if len(bad):
+        raise ValueError(f"input {bad[0]}: a word's pieces are not consecutive tokens, in word order")
+    word_start = np.zeros((n_batch, w_max), dtype=np.int64)
+    word_stop = np.zeros((n_batch, w_max), dtype=np.int64)
+    word_start[owner, words], word_stop[owner, words] = starts, stops
     return word_start, word_stop

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import groupby, islice
+from functools import cached_property
+from itertools import chain, groupby, islice
 from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
@@ -117,8 +118,18 @@ class Inputs:
     def texts(self, group: list[AlignedSentence], pair: bool) -> list[Pieces]:
         return [a.pieces for a in group] if pair else [self.text(group)]
 
+    @cached_property
+    def _specials(self) -> tuple[int, int]:
+        """The template's special tokens around one text and around two (``Template.n_special``), counted once."""
+        return self.template.n_special(1), self.template.n_special(2)
+
+    @cached_property
+    def _typed(self) -> bool:
+        """``Template.typed``, read once."""
+        return self.template.typed
+
     def length(self, texts: list[Pieces]) -> int:
-        return sum(len(t) for t in texts) + self.template.n_special(len(texts))
+        return sum(map(len, texts)) + self._specials[len(texts) != 1]
 
     def layout(self, example: Example) -> Layout:
         ids: list[int] = []
@@ -131,7 +142,7 @@ class Inputs:
         firsts = [0]
         for t in example.texts:
             firsts.append(firsts[-1] + len(t.ids))
-        typed = self.template.typed
+        typed = self._typed
         segment = 0
         for slot in self.template.form(len(example.texts)):
             if slot.text is None:
@@ -145,14 +156,14 @@ class Inputs:
                 continue
             segment = slot.type_id if typed else slot.text
             pieces = example.texts[slot.text]
-            for w, (word_ids, word_text) in enumerate(zip(pieces.ids, pieces.text, strict=True)):
-                ids.extend(word_ids)
-                types.extend([slot.type_id] * len(word_ids))
-                segs.extend([segment] * len(word_ids))
-                words.extend([firsts[slot.text] + w] * len(word_ids))
-                special.extend([None] * len(word_ids))
-                role.extend([None] * len(word_ids))
-                text.extend(word_text)
+            n = len(pieces)  # the text's pieces at once (word by word: UD EWT dev 1.6, GUM dev's windows 2.9 times)
+            ids.extend(chain.from_iterable(pieces.ids))
+            types.extend([slot.type_id] * n)
+            segs.extend([segment] * n)
+            words.extend([w for w, word_ids in enumerate(pieces.ids, firsts[slot.text]) for _ in word_ids])
+            special.extend([None] * n)
+            role.extend([None] * n)
+            text.extend(chain.from_iterable(pieces.text))
         return Layout(ids, types, segs, words, special, role, text)
 
 
@@ -173,7 +184,7 @@ class Window:
             return self.inputs.length([self.inputs.tokenized([*self.sentences, sentence])])
         if isinstance(after, AtlasError):
             raise after
-        return self.n_pieces + len(after) + self.inputs.template.n_special(1)
+        return self.n_pieces + len(after) + self.inputs._specials[0]
 
     def add(self, sentence: AlignedSentence, after: After) -> None:
         """Add ``sentence`` last; ``after``: its pieces after the joining space (of the first sentence: whether

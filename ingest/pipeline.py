@@ -165,12 +165,14 @@ def _prepare_chunk(
     n_attn = lm.n_layers * lm.n_heads
     by_rows = reads_rows(lm.model)
     laid: dict[int, Layout] = {}
+    targets: dict[int, dict[str, np.ndarray]] = {}
     for ex in examples:  # corpus order
         if ex.skipped:
             rows.add_skipped(ex)
             continue
         laid[ex.example_id] = lay = inputs.layout(ex)
-        rows.add(ex, lay, lm.tokenizer.convert_ids_to_tokens(lay.input_ids))
+        targets[ex.example_id] = marked = _targets(lay)
+        rows.add(ex, lay, lm.tokenizer.convert_ids_to_tokens(lay.input_ids), marked["dot_comma"])
     batches: deque[_Batch] = deque()
     for batch in _batches([e for e in examples if not e.skipped], n_attn, budget.batch_weights):
         layouts = [laid[e.example_id] for e in batch]
@@ -181,7 +183,7 @@ def _prepare_chunk(
             lm.n_heads,
             [len(lay.input_ids) for lay in layouts],
             [lay.token_word for lay in layouts],
-            [_targets(lay) for lay in layouts],
+            [targets[e.example_id] for e in batch],
             settings.kept_mass,
             settings.max_edges,
             lm.decoder,

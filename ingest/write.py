@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 import pyarrow as pa
 
-from atlas.ingestion.align import is_dot_comma, is_punct
+from atlas.ingestion.align import is_punct
 from atlas.ingestion.examples import Example, Layout
 from atlas.ingestion.sparsify import Table
 from atlas.store import to_table, write_parquet
@@ -76,7 +76,7 @@ class ChunkRows:
         row["first_line"].append(ex.sentences[0].sentence.line)
         row["n_sentences"].append(len(ex.sentences))
         row["n_tokens"].append(ex.n_tokens)
-        row["n_words"].append(len(ex.words))
+        row["n_words"].append(sum(len(a.sentence.words) for a in ex.sentences))
         row["skipped"].append(skipped)
         row["label"].append(ex.sentences[0].sentence.label)
         facts = ex.sentences[0].sentence.needle  # a needle probe's input: every input of its run
@@ -92,8 +92,9 @@ class ChunkRows:
         row["n_generated"].append(facts.n_generated)
         row["needle_recall"].append(facts.recall)
 
-    def add(self, ex: Example, lay: Layout, pieces: list[str]) -> None:
-        """An input's rows of every table but the attention tables (see ``add_attention``)."""
+    def add(self, ex: Example, lay: Layout, pieces: list[str], dot_comma: np.ndarray) -> None:
+        """An input's rows of every table but the attention tables (see ``add_attention``); ``dot_comma``: which of
+        its tokens are a '.' or ',' (``is_dot_comma``, as the rows' targets mark them)."""
         self._example_row(ex, skipped=False, lay=lay)
         self.n_tokens += len(lay.input_ids)
         toks = self.lists["tokens"]
@@ -106,7 +107,7 @@ class ChunkRows:
                              ("role", lay.role), ("segment", lay.segments)):  # fmt: skip
             toks[name].extend(column)
         toks["is_punct"].extend(s is None and is_punct(t) for s, t in zip(lay.special, lay.text, strict=True))
-        toks["dot_comma"].extend(is_dot_comma(r, t) for r, t in zip(lay.role, lay.text, strict=True))
+        toks["dot_comma"].extend(dot_comma.tolist())
         self._words(ex, lay)
 
     def add_attention(self, example_ids: list[int], tables: dict[str, Table]) -> None:
@@ -125,9 +126,10 @@ class ChunkRows:
         offsets = ex.word_offsets()
         first_tok = _first_tokens(lay)
         n_toks = Counter(w for w in lay.token_word if w is not None)
-        sentences, found = [s for s, _ in ex.words], [w for _, w in ex.words]
+        pairs = ex.words
+        sentences, found = [s for s, _ in pairs], [w for _, w in pairs]
         n = len(found)
-        heads = [None if not w.head else offsets[s.index] + w.head - 1 for s, w in ex.words]
+        heads = [None if not w.head else offsets[s.index] + w.head - 1 for s, w in pairs]
         upos = [w.upos for w in found]
         words = self.lists["words"]  # column by column (a word's 15 appends took 3 times as long)
         words["example_id"].extend(repeat(ex.example_id, n))
