@@ -391,6 +391,10 @@ class Store:
             shutil.rmtree(trash, ignore_errors=True)
         self._partition()
 
+    def older_layout(self) -> bool:
+        """Whether the store holds folders written before the run partitions (``_partition`` brings them over)."""
+        return self.data.is_dir() and any(p.is_dir() and "=" not in p.name for p in self.data.iterdir())
+
     def _partition(self) -> None:
         """A store written before the Hive partitions: each run's files written again without their run id column
         (each atomically: the same rows otherwise), then its folder renamed ``run_id=<id>``, and the schema files
@@ -398,7 +402,7 @@ class Store:
         process killed midway leaves the rest to the next writer. The files lose the column because DuckDB 1.5 fails
         inside its optimizer on some queries over files of which some hold a column the others lack beside a
         partition (on the runs of a store that holds both)."""
-        if not self.data.is_dir():
+        if not self.older_layout():
             return
         older = [p for p in self.data.iterdir() if p.is_dir() and "=" not in p.name and p.name != OLDER_SCHEMA]
         if older:

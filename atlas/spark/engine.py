@@ -171,7 +171,9 @@ class SparkEngine:
             store.check_path()
             if not any(store.data.glob("*/runs/*.parquet")):  # its runs, in either layout
                 raise AtlasError(f"{store.named}: no store here (no {RUNS_FILES})")
-            store.connect().close()  # a store written before the run partitions: its folders renamed first
+            if store.older_layout():  # written before the run partitions: brought over first, where it can be written
+                with store.writing(wait=True):
+                    pass
         self.store = store
         self.master = master
         self._spark = spark
