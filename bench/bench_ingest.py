@@ -267,7 +267,7 @@ def sweep(lm: LoadedModel, corpus: Path, n_sentences: int, base: Settings, work:
         got = np.array(con.execute(SURFACE_SQL, {"run": result.run_id}).fetchall(), dtype=np.float64)[:, 2:]
         err = np.abs(got.reshape(exact.shape) - exact).max(axis=(0, 1))
         con.close()
-        run_dir = store.data / result.run_id
+        run_dir = store.run_folder(result.run_id)
         print(
             f"{'dense' if target is None else target:>10} {cap or '-':>9} {result.n_edges / dense_weights:>11.1%} "
             f"{dir_bytes(run_dir) / dense_bytes:>12.3f} {dir_bytes(run_dir / 'attn_edges') / dense_bytes:>12.3f} "
@@ -355,7 +355,7 @@ def main() -> None:
         ingest_wall, ingest_cpu = ingests[pick]
         forward_wall, forward_cpu = ((forwards[pick][k] + forwards[pick + 1][k]) / 2 for k in (0, 1))
         store = Store(work / "store")
-        run_dir = store.data / result.run_id
+        run_dir = store.run_folder(result.run_id)
         n_weights = lm.n_layers * lm.n_heads * sum(n * n for n in lengths)
         dense_bytes = 2 * n_weights
         print(
