@@ -243,16 +243,7 @@ def test_a_run_written_before_roles_and_first_token_answers_as_now(store_dir, tm
         for part in old.glob(f"data/run_id=[!.]*/{table}/*.parquet"):  # the runs' files, not the .schema ones
             pq.write_table(pq.read_table(part).drop_columns([column]), part)
     assert Store(old).connect().execute("SELECT count(*) FROM tokens WHERE role = 'cls'").fetchone()[0] > 0
-    answered = set()
-    for entry in entries():
-        if entry.name == "fine-tuning change":
-            continue
-        now = atlas("query", entry.name, "--store", str(store_dir), "--format", "csv")
-        before = atlas("query", entry.name, "--store", str(old), "--format", "csv")
-        assert before.exit_code == now.exit_code, (entry.name, before.output)
-        assert _same(_cells(before.output), _cells(now.output)), entry.name
-        if now.exit_code == 0:
-            answered.add(entry.name)
+    answered = _answers_as_now(old, store_dir)
     assert {"attention sink", "entropy", "feature attention", "special tokens"} <= answered, answered
 
 
@@ -277,15 +268,7 @@ def test_a_store_written_before_the_run_partitions_answers_exports_and_compares_
     listed = atlas("runs", "--store", str(old))  # the first atlas to open it where it can write brings it over, once
     assert listed.exit_code == 0 and "an older atlas; its 1 run(s) moved to the run partitions" in listed.output
     assert "moved to the run partitions" not in atlas("runs", "--store", str(old)).output
-    answered = set()
-    for entry in entries():
-        if entry.name == "fine-tuning change":
-            continue
-        written_now = atlas("query", entry.name, "--store", str(store_dir), "--format", "csv")
-        before = atlas("query", entry.name, "--store", str(old), "--format", "csv")
-        assert before.exit_code == written_now.exit_code, (entry.name, before.output)
-        assert _same(_cells(before.output), _cells(written_now.output)), entry.name
-        answered.add(entry.name) if written_now.exit_code == 0 else None
+    answered = _answers_as_now(old, store_dir)
     assert {"attention sink", "entropy", "best head per dependency relation"} <= answered, answered
     folder = old / "data" / f"run_id={run_id}"
     assert sorted(p.name for p in (old / "data").iterdir()) == ["run_id=.schema", folder.name]
@@ -310,6 +293,21 @@ def test_a_store_written_before_the_run_partitions_answers_exports_and_compares_
                               "--format", "csv"))  # fmt: skip
     assert compared[0].exit_code == 0 and _same(_cells(compared[0].output), _cells(compared[1].output))
     assert len(_cells(compared[0].output)) > 100
+
+
+def _answers_as_now(old: Path, store_dir: Path) -> set[str]:
+    """Every entry answers (or refuses) on the store at ``old`` as on the store written now; the entries answered."""
+    answered = set()
+    for entry in entries():
+        if entry.name == "fine-tuning change":
+            continue
+        now = atlas("query", entry.name, "--store", str(store_dir), "--format", "csv")
+        before = atlas("query", entry.name, "--store", str(old), "--format", "csv")
+        assert before.exit_code == now.exit_code, (entry.name, before.output)
+        assert _same(_cells(before.output), _cells(now.output)), entry.name
+        if now.exit_code == 0:
+            answered.add(entry.name)
+    return answered
 
 
 def _cells(output: str) -> list[float | str]:
