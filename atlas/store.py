@@ -109,15 +109,27 @@ def table_schemas() -> dict[str, pa.Schema]:
     return schemas
 
 
-def write_parquet(
+def write_parquet(table: pa.Table, path: Path, **encoding: object) -> None:
+    """Write a Parquet file atomically: a temporary name, fsync, then rename; encoded as ``parquet_options`` says."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, **parquet_options(table, **encoding))
+    with tmp.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def parquet_options(
     table: pa.Table,
-    path: Path,
     split: list[str] | None = None,
     statistics: list[str] | None = None,
     delta: list[str] | None = None,
     plain: list[str] | None = None,
-) -> None:
-    """Write a Parquet file atomically: a temporary name, fsync, then rename.
+    levels: dict[str, int] | None = None,
+    uncompressed: list[str] | None = None,
+) -> dict:
+    """``pq.write_table``'s encoding arguments for ``table``: every column zstd compressed (at ``levels``' level, else
+    zstd's default, 1) but those ``uncompressed``.
 
     Full-precision floats compress best byte-stream split, weights at float16 precision or coarser (at most 65,536
     distinct values) and everything else with a dictionary: ``split`` names the former (None: every float column
@@ -125,8 +137,6 @@ def write_parquet(
     statistics (what DuckDB skips row groups by; None: all). ``delta``: integer columns in sorted runs, delta
     encoded (cheaper to write than a dictionary, as small); ``plain``: columns left to the compression alone (long
     runs of one value, or one sequence repeated: zstd packs them as small, at half the CPU time of delta encoding)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
     if split is None:
         split = [f.name for f in table.schema if pa.types.is_floating(f.type) and not _float16_exact(table[f.name])]
     encoding = (
@@ -134,17 +144,13 @@ def write_parquet(
         | {name: "DELTA_BINARY_PACKED" for name in delta or []}
         | {name: "PLAIN" for name in plain or []}
     )
-    pq.write_table(
-        table,
-        tmp,
-        compression="zstd",
-        use_dictionary=[name for name in table.schema.names if name not in encoding],
-        column_encoding=encoding or None,
-        write_statistics=True if statistics is None else statistics,
-    )
-    with tmp.open("rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    return {
+        "compression": {name: "none" if name in (uncompressed or []) else "zstd" for name in table.schema.names},
+        "compression_level": levels or None,
+        "use_dictionary": [name for name in table.schema.names if name not in encoding],
+        "column_encoding": encoding or None,
+        "write_statistics": True if statistics is None else statistics,
+    }
 
 
 def write_file(path: Path, data: bytes) -> None:

@@ -32,6 +32,9 @@ _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else o
 PARTS = min(16, max(8, _CORES - 2))
 WRITE_ORDER = (*ATTENTION_TABLES, *(name for name in EXAMPLE_TABLES if name not in ATTENTION_TABLES))  # largest first
 SIGNIFICANT_BITS = ("entropy", "value_norm", "distance")  # floats of a sparse run with their own precision
+# a sparse run's fixed-point floats written byte-stream split, and those left uncompressed (``encodings``)
+SPLIT_FIXED = {"attn_rows": ("to_sep",), "word_rows": ("weight", "from_weight")}
+UNCOMPRESSED = {"attn_rows": ("received", "to_cls")}
 ATTENTION_KEYS = ("example_id", "layer", "head", "src_tok", "src_word")  # their columns with statistics
 
 
@@ -239,26 +242,46 @@ def clear_chunk(run_dir: Path, chunk: int) -> None:
 
 
 def write_table(run_dir: Path, chunk: int, name: str, table: pa.Table, dense: bool, part: int | None = None) -> None:
-    """Write table ``name`` of a chunk (one of ``ChunkRows.tables``). The attention tables' encodings are known
-    without a pass over their values: in a sparse run every float but the entropy is fixed point or float16 (a
-    dictionary), in a dense one (``dense``) none is; min/max statistics only on the columns a query filters rows by.
-    ``part``: the chunk's table is cut in files (``parts``), this is one. Of those
-    (sorted runs of integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than
-    with a dictionary on UD EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), the others are left to
-    zstd alone, as small and cheaper still (the example, layer and head: runs of one value; a row's source token or
-    word: the sequence 0, 1, ... repeated; on UD EWT dev 10 % less CPU time for writing the attention tables than
-    with them delta encoded, files 0.2 % smaller)."""
-    split = statistics = delta = plain = None
-    if name in ATTENTION_TABLES:
-        floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
-        # in a sparse run the entropy, the value norms and the mean distances keep 17, 11 and 11 significant bits,
-        # the head norms all 24
-        split = floats if dense else [c for c in floats if c in SIGNIFICANT_BITS or name == "head_norms"]
-        statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
-        delta = ["src_tok"] if name == "attn_edges" else []
-        plain = [c for c in statistics if c not in delta]
+    """Write table ``name`` of a chunk (one of ``ChunkRows.tables``), encoded as ``encodings`` says. ``part``: the
+    chunk's table is cut in files (``parts``), this is one."""
     file = f"part-{chunk:05d}.parquet" if part is None else f"part-{chunk:05d}-{part:02d}.parquet"
-    write_parquet(table, run_dir / name / file, split, statistics, delta, plain)
+    write_parquet(table, run_dir / name / file, **encodings(name, table, dense))
+
+
+def encodings(name: str, table: pa.Table, dense: bool) -> dict[str, object]:
+    """``write_parquet``'s encoding of a chunk's table ``name`` (``atlas.store.parquet_options``); the tables but the
+    attention tables: its defaults.
+
+    The attention tables' encodings are known without a pass over their values: in a sparse run every float but the
+    entropy, the value norms and the mean distances is fixed point or float16 (a dictionary), in a dense one
+    (``dense``) none is; min/max statistics only on the columns a query filters rows by. Of those (sorted runs of
+    integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than with a dictionary on UD
+    EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller) at zstd's level 3 (7 % smaller than at 1, for
+    about as much time), the others are left to zstd alone, at its fastest level, -1 (the example, layer, head and
+    bucket: runs of one value; a row's source token or word: the sequence 0, 1, ... repeated; as small as at level 1
+    and 30 % cheaper). Of a sparse run's fixed-point columns (``bench/bench_writing.py``, UD EWT dev and UD GUM dev in
+    128-piece windows, each column alone): the masses to the separators and the word rows' weights byte-stream split
+    (25 to 40 % less time than with a dictionary, within 3 % of its size), the received attention and the masses to
+    cls/bos tokens uncompressed (their dictionary indices: zstd took a quarter of their time for 2 % of their
+    size). Written so, the four attention tables took 0.92 and 0.93 of the time, in 1.000 and 0.997 of the bytes."""
+    if name not in ATTENTION_TABLES:
+        return {}
+    floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
+    # in a sparse run the entropy, the value norms and the mean distances keep 17, 11 and 11 significant bits,
+    # the head norms all 24
+    own = (*SIGNIFICANT_BITS, *SPLIT_FIXED.get(name, ()))
+    split = floats if dense or name == "head_norms" else [c for c in floats if c in own]
+    statistics = [c for c in table.schema.names if c in ATTENTION_KEYS]
+    delta = ["src_tok"] if name == "attn_edges" else []
+    plain = [c for c in table.schema.names if c in (*ATTENTION_KEYS, "bucket") and c not in delta]
+    return {
+        "split": split,
+        "statistics": statistics,
+        "delta": delta,
+        "plain": plain,
+        "levels": {c: -1 for c in plain} | {c: 3 for c in delta},
+        "uncompressed": [] if dense else list(UNCOMPRESSED.get(name, ())),
+    }
 
 
 def write_chunk(run_dir: Path, chunk: int, tables: dict[str, pa.Table], dense: bool) -> None:
