@@ -256,14 +256,15 @@ def encodings(name: str, table: pa.Table, dense: bool) -> dict[str, object]:
     entropy, the value norms and the mean distances is fixed point or float16 (a dictionary), in a dense one
     (``dense``) none is; min/max statistics only on the columns a query filters rows by. Of those (sorted runs of
     integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than with a dictionary on UD
-    EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller) at zstd's level 3 (7 % smaller than at 1, for
-    about as much time), the others are left to zstd alone, at its fastest level, -1 (the example, layer, head and
-    bucket: runs of one value; a row's source token or word: the sequence 0, 1, ... repeated; as small as at level 1
-    and 30 % cheaper). Of a sparse run's fixed-point columns (``bench/bench_writing.py``, UD EWT dev and UD GUM dev in
-    128-piece windows, each column alone): the masses to the separators and the word rows' weights byte-stream split
-    (25 to 40 % less time than with a dictionary, within 3 % of its size), the received attention and the masses to
-    cls/bos tokens uncompressed (their dictionary indices: zstd took a quarter of their time for 2 % of their
-    size). Written so, the four attention tables took 0.92 and 0.93 of the time, in 1.000 and 0.997 of the bytes."""
+    EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), at zstd's level 3 (8 and 15 % fewer bytes
+    than at 1 on UD EWT dev and UD GUM dev in 128-piece windows, in 7 % less and 2 % more time); the others are left
+    to zstd alone at its fastest level, -1 (the example, layer, head and bucket: runs of one value; a row's source
+    token or word: the sequence 0, 1, ... repeated; the edges' example ids on UD EWT dev in 7.5 against 11.5 ns of
+    CPU per attention row, the same bytes). Of a sparse run's fixed-point columns (``bench/bench_writing.py``, on
+    those two corpora, each column alone): the masses to separators and the word rows' weights byte-stream split
+    (28 to 35 % less time than with a dictionary, from 6 % fewer to 3 % more bytes), the received attention and the
+    masses to cls/bos tokens uncompressed (zstd took 9 to 23 % of their time for 0.3 to 2.5 % of their bytes).
+    Written so, the four attention tables took 0.94 and 0.96 of the CPU time, in 1.002 and 0.998 of the bytes."""
     if name not in ATTENTION_TABLES:
         return {}
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
