@@ -257,8 +257,8 @@ def encodings(name: str, table: pa.Table, dense: bool) -> dict[str, object]:
     (``dense``) none is; min/max statistics only on the columns a query filters rows by. Of those (sorted runs of
     integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than with a dictionary on UD
     EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), at zstd's level 3 (8 and 15 % fewer bytes
-    than at 1 on UD EWT dev and UD GUM dev in 128-piece windows, in 7 % less and 2 % more time); the others are left
-    to zstd alone at its fastest level, -1 (the example, layer, head and bucket: runs of one value; a row's source
+    than at 1 on UD EWT dev and UD GUM dev in 128-piece windows, in about as much time: -7 and +4 %); the others are
+    left to zstd alone at its fastest level, -1 (the example, layer, head and bucket: runs of one value; a row's source
     token or word: the sequence 0, 1, ... repeated; the edges' example ids on UD EWT dev in 7.5 against 11.5 ns of
     CPU per attention row, the same bytes). Of a sparse run's fixed-point columns (``bench/bench_writing.py``, on
     those two corpora, each column alone): the masses to separators and the word rows' weights byte-stream split
