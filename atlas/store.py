@@ -46,7 +46,7 @@ import shutil
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -404,10 +404,10 @@ class Store:
     def _partition(self) -> None:
         """A store written before the Hive partitions: each run's files written again without their run id column
         (each atomically: the same rows otherwise), then its folder renamed ``run_id=<id>``, and the schema files
-        written at their place; once, by the first writer (the views are rewritten by the next ``connect``). A
-        process killed midway leaves the rest to the next writer. The files lose the column because DuckDB 1.5 fails
-        inside its optimizer on some queries over files of which some hold a column the others lack beside a
-        partition (on the runs of a store that holds both)."""
+        written at their place, and the views over them; once, by the first writer (where another process holds the
+        DuckDB file, the views wait for the next ``connect``). A process killed midway leaves the rest to the next
+        writer. The files lose the column because DuckDB 1.5 fails inside its optimizer on some queries over files of
+        which some hold a column the others lack beside a partition (on the runs of a store that holds both)."""
         if not self.older_layout():
             return
         older = [p for p in self.data.iterdir() if p.is_dir() and "=" not in p.name and p.name != OLDER_SCHEMA]
@@ -422,6 +422,9 @@ class Store:
         if (self.data / OLDER_SCHEMA).is_dir():
             self._write_schema_files()
             shutil.rmtree(self.data / OLDER_SCHEMA)
+        if self.exists() and os.access(self.db, os.W_OK):  # the older views fail on the files now (binder error)
+            with suppress(StoreLocked):
+                self.refresh_views()
 
     def _apply(self, journal: Path) -> None:
         for pending, final in json.loads(journal.read_text()):

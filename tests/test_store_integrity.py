@@ -295,6 +295,24 @@ def test_a_store_written_before_the_run_partitions_answers_exports_and_compares_
     assert len(_cells(compared[0].output)) > 100
 
 
+def test_an_older_store_brought_over_by_a_writer_reads_through_its_views_at_once(store_dir, n_tokens, tmp_path):
+    """A writer that brings an older store over (an ingest's first step: no connection) rewrites its views too: the
+    DuckDB shell reads the runs, run ids included, before any atlas connects."""
+    import duckdb
+
+    old = tmp_path / "old"
+    shutil.copytree(store_dir, old)
+    as_older_layout(old)
+    (run_id,) = Store(store_dir).run_ids()
+    with Store(old).writing():
+        pass
+    assert not Store(old).older_layout()
+    con = duckdb.connect(str(old / "atlas.duckdb"), read_only=True)
+    counted = con.execute("SELECT count(*), count(run_id), any_value(run_id) FROM attn_rows").fetchone()
+    con.close()
+    assert counted[1:] == (counted[0], run_id) and counted[0] > n_tokens
+
+
 def _answers_as_now(old: Path, store_dir: Path) -> set[str]:
     """Every entry answers (or refuses) on the store at ``old`` as on the store written now; the entries answered."""
     answered = set()
