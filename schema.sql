@@ -1,9 +1,9 @@
 -- Attention Atlas store schema.
 --
--- Parquet files under STORE/data/run=<run_id>/<table>/*.parquet are the source of truth; STORE/atlas.duckdb
+-- Parquet files under STORE/data/run_id=<run_id>/<table>/*.parquet are the source of truth; STORE/atlas.duckdb
 -- holds one view per table below over those files (and the macros of the catalogue). Every table
 -- carries run_id, so many runs live side by side: the files hold every column but run_id, which their run's
--- folder gives (a Hive partition, run=<run_id>; files of runs written before the partitions hold it too). Indexes are 0-based in the store (layer, head,
+-- folder gives (a Hive partition, run_id=<run_id>; files of runs written before the partitions hold it too). Indexes are 0-based in the store (layer, head,
 -- tok_idx, word_idx); queries display layers and heads 1-based ("layer-head") as the papers do.
 -- The column types here are the types written to Parquet; a column NOT NULL is never NULL and is a required
 -- column in the files (no validity levels to write or read). Runs written before layers and heads were SMALLINT and
