@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import numba as nb
 import numpy as np
 import torch
 
@@ -251,19 +252,28 @@ def _no_head_norms(n_inputs: int) -> tuple[Columns, np.ndarray]:
 
 def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:
     """Layer, head and position of each row of the inputs' ``[layers * heads, length]`` grids, input after input, and
-    each input's number of rows (made input by input: one np.repeat over every (input, layer, head) took 20 times
-    as long for a batch of 128-piece windows)."""
-    n_rows = n_layers * n_heads
-    r = np.arange(n_rows)
-    layer_of, head_of = (r // n_heads).astype(LAYER_TYPE), (r % n_heads).astype(LAYER_TYPE)
-    counting = np.arange(int(lengths.max(initial=0)), dtype=POSITION_TYPE)
-    ls = lengths.tolist()
+    each input's number of rows."""
+    counts = lengths * n_layers * n_heads
     keys = {
-        "layer": np.concatenate([np.repeat(layer_of, n) for n in ls], dtype=LAYER_TYPE),
-        "head": np.concatenate([np.repeat(head_of, n) for n in ls], dtype=LAYER_TYPE),
-        "position": np.concatenate([np.tile(counting[:n], n_rows) for n in ls], dtype=POSITION_TYPE),
+        "layer": np.empty(int(counts.sum()), dtype=LAYER_TYPE),
+        "head": np.empty(int(counts.sum()), dtype=LAYER_TYPE),
+        "position": np.empty(int(counts.sum()), dtype=POSITION_TYPE),
     }
-    return Table(keys, lengths * n_rows)
+    _fill_keys(lengths, n_layers, n_heads, keys["layer"], keys["head"], keys["position"])
+    return Table(keys, counts)
+
+
+@nb.njit(nogil=True, cache=True)
+def _fill_keys(lengths, n_layers, n_heads, layer, head, position):
+    """``_keys``'s columns, written in one pass (input by input with NumPy's repeat and tile: 4 times the time over
+    UD EWT dev's batches)."""
+    at = 0
+    for n in lengths:
+        for lay in range(n_layers):
+            for h in range(n_heads):
+                for i in range(n):
+                    layer[at], head[at], position[at] = lay, h, i
+                    at += 1
 
 
 def _rows(stats: dict[str, np.ndarray], keys: Table, mass_names: list[str], first_is_cls: list[bool]) -> Table:

@@ -181,7 +181,7 @@ def edited(tok: PreTrainedTokenizerBase) -> list[Sentence]:
         elif s.text is not None and i % 5 == 3:
             s = replace(s, text=f"{s.text}  ")
         elif i % 7 == 2:
-            words = [replace(w, form=added if k == 1 else w.form) for k, w in enumerate(s.words)]
+            words = [w._replace(form=added if k == 1 else w.form) for k, w in enumerate(s.words)]
             s = replace(s, words=words, text=None, spans=None)
         out.append(s)
     return out

@@ -218,8 +218,7 @@ def _cut(whole: Sentence, keep: range, paragraph: Paragraph, index: int) -> Sent
     for word in words[keep.start : keep.stop]:
         inside = word.head is not None and (word.head == 0 or word.head - 1 in keep)
         out.append(
-            replace(
-                word,
+            word._replace(
                 id=word.id - keep.start,
                 head=(word.head - keep.start if word.head else 0) if inside else None,
                 deprel=word.deprel if inside else None,
@@ -234,7 +233,7 @@ def _annotate(paragraph: Paragraph, doc: Doc) -> list[Word]:
     starts = [tok.idx for tok in doc if not tok.is_space]
     words = _words(doc, paragraph.line)
     lines = [paragraph.line + bisect_right(paragraph.line_starts, i) - 1 for i in starts]
-    return [replace(w, line=line) for w, line in zip(words, lines, strict=True)]
+    return [w._replace(line=line) for w, line in zip(words, lines, strict=True)]
 
 
 def read_text(
