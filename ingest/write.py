@@ -258,13 +258,14 @@ def encodings(name: str, table: pa.Table, dense: bool) -> dict[str, object]:
     integers) the edges' source token is delta encoded (4-6 % less CPU time for writing than with a dictionary on UD
     EWT dev and GUM train in windows, files 0.2 % and 4.3 % smaller), at zstd's level 3 (8 and 15 % fewer bytes
     than at 1 on UD EWT dev and UD GUM dev in 128-piece windows, in about as much time: -7 and +4 %); the others are
-    left to zstd alone at its fastest level, -1 (the example, layer, head and bucket: runs of one value; a row's source
-    token or word: the sequence 0, 1, ... repeated; the edges' example ids on UD EWT dev in 7.5 against 11.5 ns of
-    CPU per attention row, the same bytes). Of a sparse run's fixed-point columns (``bench/bench_writing.py``, on
-    those two corpora, each column alone): the masses to separators and the word rows' weights byte-stream split
-    (28 to 35 % less time than with a dictionary, from 6 % fewer to 3 % more bytes), the received attention and the
-    masses to cls/bos tokens uncompressed (zstd took 9 to 23 % of their time for 0.3 to 2.5 % of their bytes).
-    Written so, the four attention tables took 0.94 and 0.96 of the CPU time, in 1.002 and 0.998 of the bytes."""
+    left to zstd alone at its fastest level, -1 (the example, layer and head: runs of one value; a row's source token
+    or word and a profile's bucket: the sequence 0, 1, ... repeated; the edges' example ids on UD EWT dev in 7.5
+    against 11.5 ns of CPU per attention row, the same bytes; the buckets 0.6 against 2.3 with a dictionary). Of a
+    sparse run's fixed-point columns (``bench/bench_writing.py``, on those two corpora, each column alone): the
+    masses to separators and the word rows' weights byte-stream split (28 to 35 % less time than with a dictionary,
+    from 6 % fewer to 3 % more bytes), the received attention and the masses to cls/bos tokens uncompressed (zstd
+    took 9 to 23 % of their time for 0.3 to 2.5 % of their bytes). Written so, the four attention tables took 0.94
+    and 0.96 of the CPU time, in 1.002 and 0.998 of the bytes."""
     if name not in ATTENTION_TABLES:
         return {}
     floats = [f.name for f in table.schema if pa.types.is_floating(f.type)]
