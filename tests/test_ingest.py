@@ -85,10 +85,12 @@ def test_interrupted_ingest_resumes_to_the_same_rows(tmp_path, model, monkeypatc
     real = pipeline.write_table
     interrupt_at_chunk(monkeypatch, 2)
     store = Store(tmp_path / "resumed")
+    thresholds = gc.get_threshold()
     with pytest.raises(KeyboardInterrupt):
         pipeline.ingest(check_corpus(corpus), store, model, pipeline.Settings(chunk_examples=8), progress=False)
     assert store.connect().execute("SELECT count(*) FROM runs").fetchone()[0] == 0  # nothing visible yet
     assert gc.get_freeze_count() == 0  # the objects kept out of full collections during the ingest are back
+    assert gc.get_threshold() == thresholds  # and the collector's thresholds as they were
     done_before = sorted(p.name for p in (store.staging / run_id / "done").iterdir())
     assert done_before == ["00000.json", "00001.json"]
 
