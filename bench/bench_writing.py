@@ -4,7 +4,7 @@
 
 Ingests ``CORPUS`` (CoNLL-U) with the embedded model on the CPU into a temporary store, then writes its run's
 attention tables again (attn_edges, attn_rows, word_rows, attn_distance), one column at a time and chunk by chunk as
-the ingest wrote them: with the ingest's own encodings (``write_table``), and with each pairing of an encoding (a
+the ingest wrote them: with the ingest's own encodings (``encodings``), and with each pairing of an encoding (a
 dictionary; plain; delta for integers, byte-stream split for floats) and a codec (zstd at levels -1, 1 and 3; lz4;
 none). Each is timed by the thread's CPU time (the fastest of ``--repeat``) per attention row of the run (one per
 token, layer and head) and weighed in bytes written.
@@ -36,7 +36,7 @@ MUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 Option = tuple[float, float]  # ns per attention row, MB
 
 
-def ingest_run(corpus: Path, pack: str, max_length: int | None, into: Path) -> tuple[Path, int, dict]:
+def ingest_run(corpus: Path, pack: str, max_length: int | None, into: Path) -> tuple[Path, int, bool]:
     """The run's folder, its attention rows and whether it is dense, of an ingest of ``corpus`` into ``into``."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from atlas.ingestion.corpus import check_corpus
@@ -51,7 +51,7 @@ def ingest_run(corpus: Path, pack: str, max_length: int | None, into: Path) -> t
     con = store.connect()
     (tokens, kept) = con.execute("SELECT n_tokens, kept_mass FROM runs WHERE run_id = ?", [result.run_id]).fetchone()
     con.close()
-    return store.run_folder(result.run_id), tokens * lm.n_layers * lm.n_heads, {"dense": kept is None}
+    return store.run_folder(result.run_id), tokens * lm.n_layers * lm.n_heads, kept is None
 
 
 def timed(write, tables: list[pa.Table], repeat: int, rows: int) -> Option:
@@ -81,23 +81,26 @@ def alternatives(column: str, kind: pa.DataType) -> dict[str, dict]:
     return out
 
 
-def as_ingested(name: str, dense: bool):
-    """Writing a table ``name`` with the ingest's encodings (``encodings``, ``parquet_options``), into a sink."""
+def ingest_options(name: str, table: pa.Table, dense: bool) -> dict:
+    """``pq.write_table``'s arguments for a chunk's table ``name`` as the ingest writes it."""
     from atlas.ingestion.write import encodings
     from atlas.store import parquet_options
 
+    return parquet_options(table, **encodings(name, table, dense))
+
+
+def as_ingested(name: str, dense: bool):
+    """Writing a table ``name`` with the ingest's encodings, into a sink."""
+
     def write(table: pa.Table, sink: io.BytesIO) -> None:
-        pq.write_table(table, sink, **parquet_options(table, **encodings(name, table, dense)))
+        pq.write_table(table, sink, **ingest_options(name, table, dense))
 
     return write
 
 
 def ingest_label(name: str, table: pa.Table, column: str, dense: bool) -> str:
     """The alternative that is the ingest's own encoding of a column."""
-    from atlas.ingestion.write import encodings
-    from atlas.store import parquet_options
-
-    options = parquet_options(table, **encodings(name, table, dense))
+    options = ingest_options(name, table, dense)
     encoding = (options["column_encoding"] or {}).get(column)
     label = {"BYTE_STREAM_SPLIT": "split", "DELTA_BINARY_PACKED": "delta", "PLAIN": "plain"}.get(encoding, "dictionary")
     level = (options["compression_level"] or {}).get(column, 1)
@@ -171,8 +174,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="atlas-bench-writing-") as work:
-        run, rows, facts = ingest_run(args.corpus, args.pack, args.max_length, Path(work) / "store")
-        found, whole = measure(run, rows, facts["dense"], args.repeat)
+        run, rows, dense = ingest_run(args.corpus, args.pack, args.max_length, Path(work) / "store")
+        found, whole = measure(run, rows, dense, args.repeat)
     report(found, whole, rows)
 
 

@@ -254,11 +254,8 @@ def _keys(lengths: np.ndarray, n_layers: int, n_heads: int) -> Table:
     """Layer, head and position of each row of the inputs' ``[layers * heads, length]`` grids, input after input, and
     each input's number of rows."""
     counts = lengths * n_layers * n_heads
-    keys = {
-        "layer": np.empty(int(counts.sum()), dtype=LAYER_TYPE),
-        "head": np.empty(int(counts.sum()), dtype=LAYER_TYPE),
-        "position": np.empty(int(counts.sum()), dtype=POSITION_TYPE),
-    }
+    n = int(counts.sum())
+    keys = {"layer": np.empty(n, LAYER_TYPE), "head": np.empty(n, LAYER_TYPE), "position": np.empty(n, POSITION_TYPE)}
     _fill_keys(lengths, n_layers, n_heads, keys["layer"], keys["head"], keys["position"])
     return Table(keys, counts)
 
