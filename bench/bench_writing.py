@@ -33,6 +33,7 @@ TABLES = ("attn_edges", "attn_rows", "word_rows", "attn_distance")
 CODECS = {"zstd -1": ("zstd", -1), "zstd 1": ("zstd", 1), "zstd 3": ("zstd", 3), "lz4": ("lz4", None),
           "none": ("none", None)}  # fmt: skip
 MUS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+KEYS = ("example_id", "layer", "head", "src_tok", "src_word", "bucket")  # what the attention tables' rows are keyed by
 Option = tuple[float, float]  # ns per attention row, MB
 
 
@@ -164,6 +165,12 @@ def report(found: dict[tuple[str, str], dict[str, Option]], whole: dict, rows: i
     for key, option in pick.items():
         if option != "ingest":
             print(f"  {'.'.join(key)}: {option} ({found[key][option][0]:.1f} ns, {found[key][option][1]:.2f} MB)")
+    print("\n## what the rows are keyed by, and what they hold\n")
+    print("| columns | the ingest's: ns, MB | fastest within the ingest's size: ns, MB |\n|---|---|---|")
+    for label, keyed in (("keys (example, layer, head, source token or word, bucket)", True), ("values", False)):
+        part = [k for k in found if (k[1] in KEYS) == keyed]
+        cells = [[found[k][option(k)] for k in part] for option in (lambda k: "ingest", pick.get)]
+        print(f"| {label} | {' | '.join(f'{sum(t for t, _ in c):.1f}, {sum(m for _, m in c):.2f}' for c in cells)} |")
 
 
 def main() -> None:
