@@ -8,6 +8,7 @@ pyspark is imported only when one of these runs (``pip install 'attention-atlas[
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -132,6 +133,10 @@ def session(master: str = "local[2]") -> SparkSession:
     spark.sparkContext.setLogLevel("OFF")
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+    # stopped before the interpreter tears its modules down, as pyspark's own shell does: left to that teardown,
+    # `atlas query --engine spark` was once seen to abort after its answer ("terminate called without an active
+    # exception", exit status -6)
+    atexit.register(spark.stop)
     return spark
 
 
