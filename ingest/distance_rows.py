@@ -76,7 +76,7 @@ class DistanceRows:
         self.sums: list[torch.Tensor | None] = [None] * n_layers  # [batch, heads, columns, buckets] per layer
         self._whole: dict[int, torch.Tensor] = {}  # the weights of a whole map's rows from each bound (every layer's)
         self._sinks: torch.Tensor | None = None  # the sinks' weights of a whole map's rows (every layer's)
-        self._lengths: torch.Tensor | None = None  # the lengths on the maps' device
+        self._lengths: torch.Tensor | None = None  # the lengths on the maps' device (made with the first block)
 
     def layer(self, layer: int, attn: torch.Tensor) -> None:
         """Layer ``layer``'s maps ``[batch, heads, n, n]`` (float32)."""
@@ -91,7 +91,7 @@ class DistanceRows:
         rows)."""
         batch, heads, r, n = probs.shape
         device, exact = probs.device, exact_dtype(probs.device)
-        if self._lengths is None or self._lengths.device != device:
+        if self._lengths is None:
             self._lengths = torch.tensor(self.lengths, device=device)
         lengths = self._lengths
         whole = min(max(min(self.lengths) - start, 0), r)  # rows that are no input's padding (no wait for a device)
