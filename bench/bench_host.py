@@ -1,6 +1,7 @@
 """The host's cost per attention row, this checkout against another version of atlas, measured side by side in one run.
 
-    python bench/bench_host.py EWT.conllu GUM.conllu [--before REV] [--turns N] [--device cpu]
+    python bench/bench_host.py EWT.conllu GUM.conllu [--before REV] [--turns N] [--setting NAME=VALUE]
+        [--without TABLE]
 
 The corpora: UD EWT dev one sentence per input, and UD GUM dev in 128-piece windows (``--pack window --max-length
 128``), the embedded model. ``--before`` (default ``HEAD~1``): the version to measure against, taken from this
@@ -11,6 +12,11 @@ else runs beside it), once with the wall clock (the stage table of ``bench/bench
 thread waits for a core too). Prints per corpus and version the medians, per attention row (one per token, layer and
 head), of the host's own stages (reading and aligning, tables, writing: thread seconds), each version's ingest wall
 seconds, and the ratios of this checkout to the version before; the goal is 0.5 of the host's stages on both corpora.
+
+What a lighter store would cost, against the same version before at its defaults: ``--setting`` (repeated) ingests this
+checkout with a setting of ``Settings`` other than its default (``max_edges=2``: at most two edges per attention row;
+``kept_mass=0.8``), ``--without`` (repeated) leaves an attention table out of this checkout's files (``word_rows``:
+its rows computed as ever, not made into tables nor written; a measure of what they cost, not a store to use).
 """
 
 from __future__ import annotations
@@ -32,11 +38,14 @@ HERE = Path(__file__).resolve().parent.parent
 HOST_STAGES = ("reading and aligning", "tables", "writing")
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 CORPORA = ("EWT dev, one sentence per input", "GUM dev, 128-piece windows")
+SETTINGS = ("kept_mass", "max_edges", "text", "word_rows", "norms", "rollout")  # those a lighter store might change
 
 
-def child(tree: Path, corpus: Path, pack: str, max_length: int | None) -> None:
+def child(tree: Path, corpus: Path, pack: str, max_length: int | None, lighter: dict) -> None:
     """In a process of its own: one warm-up ingest of ``corpus`` by the atlas at ``tree``, then one ingest per clock
-    with its stages timed; prints their stage seconds and the run's attention rows as JSON."""
+    with its stages timed; prints their stage seconds and the run's attention rows as JSON. ``lighter``: the settings
+    changed and the tables not written (``--setting``, ``--without``)."""
+
     # the atlas of ``tree``, not the one installed in this environment (an editable install finds its own checkout)
     def editable(finder: object) -> bool:
         return (finder if isinstance(finder, type) else type(finder)).__module__.startswith("__editable__")
@@ -52,7 +61,12 @@ def child(tree: Path, corpus: Path, pack: str, max_length: int | None) -> None:
 
     assert Path(stages.__file__).resolve().is_relative_to(tree.resolve()), stages.__file__
     lm = load_model(None)
-    settings = Settings(pack=pack, max_length=max_length or lm.max_positions, device="cpu", dtype="float32")
+    settings = Settings(pack=pack, max_length=max_length or lm.max_positions, device="cpu", dtype="float32",
+                        **lighter["settings"])  # fmt: skip
+    if lighter["without"]:  # the tables the pipeline makes of a chunk's rows and writes
+        from atlas.ingestion import pipeline
+
+        pipeline.WRITE_ORDER = tuple(name for name in pipeline.WRITE_ORDER if name not in lighter["without"])
     checked = check_corpus(corpus, "conllu")
     out: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as work:
@@ -83,9 +97,9 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
-def measure(tree: Path, corpus: Path, pack: str, max_length: int | None) -> dict:
+def measure(tree: Path, corpus: Path, pack: str, max_length: int | None, lighter: dict) -> dict:
     command = [sys.executable, __file__, "--child", str(tree), str(corpus), "--pack", pack]
-    command += ["--max-length", str(max_length)] if max_length else []
+    command += ["--lighter", json.dumps(lighter)] + (["--max-length", str(max_length)] if max_length else [])
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -95,15 +109,36 @@ def main() -> None:
     parser.add_argument("corpora", type=Path, nargs="*")
     parser.add_argument("--before", default="HEAD~1", help="the version measured against (a git revision)")
     parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="this checkout ingests with this setting (e.g. max_edges=2; repeat for more)",
+    )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        metavar="TABLE",
+        help="this checkout leaves this attention table out of its files (repeat for more)",
+    )
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lighter", default='{"settings": {}, "without": []}', help=argparse.SUPPRESS)
     parser.add_argument("--pack", default="none", help=argparse.SUPPRESS)
     parser.add_argument("--max-length", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        child(args.child, args.corpora[0], args.pack, args.max_length)
+        child(args.child, args.corpora[0], args.pack, args.max_length, json.loads(args.lighter))
         return
     if len(args.corpora) != 2:
         parser.error("give UD EWT dev and UD GUM dev (CoNLL-U files)")
+    from atlas.ingestion.write import ATTENTION_TABLES  # this checkout's
+
+    lighter = {"settings": dict(_setting(parser, text) for text in args.setting), "without": args.without}
+    unknown = set(args.without) - set(ATTENTION_TABLES)
+    if unknown:
+        parser.error(f"--without {sorted(unknown)[0]}: expected one of {', '.join(ATTENTION_TABLES)}")
     revision = subprocess.run(["git", "rev-parse", "--short", args.before], cwd=HERE, check=True,
                               capture_output=True, text=True).stdout.strip()  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="atlas-bench-host-"))
@@ -111,13 +146,19 @@ def main() -> None:
         trees = {"before": export(args.before, work / "before"), "this": HERE}
         setups = [(args.corpora[0], "none", None), (args.corpora[1], "window", 128)]
         runs: dict[tuple[int, str], list[dict]] = {}
+        plain = {"settings": {}, "without": []}
         for turn in range(args.turns):
             for version in ("before", "this") if turn % 2 == 0 else ("this", "before"):
                 for k, setup in enumerate(setups):
-                    runs.setdefault((k, version), []).append(measure(trees[version], *setup))
+                    runs.setdefault((k, version), []).append(
+                        measure(trees[version], *setup, lighter if version == "this" else plain)
+                    )
                     print(f"turn {turn + 1}/{args.turns}: {version}, {CORPORA[k]}", file=sys.stderr)
         print(f"# the host's own stages per attention row, ns (medians of {args.turns} ingests each, by turns): this "
               f"checkout against {revision}; {os.cpu_count()} CPU cores")  # fmt: skip
+        if args.setting or args.without:
+            print(f"# this checkout with {', '.join(args.setting) or 'its default settings'}; tables not written: "
+                  f"{', '.join(args.without) or 'none'}")  # fmt: skip
         for clock in CLOCKS:
             what = "each thread's CPU time" if clock == "cpu" else "the wall clock, per thread"
             print(f"\n## stages timed by {what}")
@@ -137,6 +178,17 @@ def main() -> None:
                     print(f"| {corpus} | {label} | {cells} | {totals[version]:.0f} | {wall:.2f} | {ratio} |")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _setting(parser: argparse.ArgumentParser, text: str) -> tuple[str, object]:
+    """``--setting NAME=VALUE`` as a field of ``Settings`` and its value (a JSON number, null, or else the text)."""
+    name, _, value = text.partition("=")
+    if name not in SETTINGS or not value:
+        parser.error(f"--setting {text!r}: expected NAME=VALUE, NAME one of {', '.join(SETTINGS)}")
+    try:
+        return name, json.loads(value)
+    except json.JSONDecodeError:
+        return name, value
 
 
 if __name__ == "__main__":
