@@ -38,6 +38,7 @@ HERE = Path(__file__).resolve().parent.parent
 HOST_STAGES = ("reading and aligning", "tables", "writing")
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 CORPORA = ("EWT dev, one sentence per input", "GUM dev, 128-piece windows")
+PLAIN = {"settings": {}, "without": []}  # a lighter store's changes (--setting, --without): none
 SETTINGS = ("kept_mass", "max_edges", "text", "word_rows", "norms", "rollout")  # those a lighter store might change
 
 
@@ -124,7 +125,7 @@ def main() -> None:
         help="this checkout leaves this attention table out of its files (repeat for more)",
     )
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--lighter", default='{"settings": {}, "without": []}', help=argparse.SUPPRESS)
+    parser.add_argument("--lighter", default=json.dumps(PLAIN), help=argparse.SUPPRESS)
     parser.add_argument("--pack", default="none", help=argparse.SUPPRESS)
     parser.add_argument("--max-length", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -146,12 +147,11 @@ def main() -> None:
         trees = {"before": export(args.before, work / "before"), "this": HERE}
         setups = [(args.corpora[0], "none", None), (args.corpora[1], "window", 128)]
         runs: dict[tuple[int, str], list[dict]] = {}
-        plain = {"settings": {}, "without": []}
         for turn in range(args.turns):
             for version in ("before", "this") if turn % 2 == 0 else ("this", "before"):
                 for k, setup in enumerate(setups):
                     runs.setdefault((k, version), []).append(
-                        measure(trees[version], *setup, lighter if version == "this" else plain)
+                        measure(trees[version], *setup, lighter if version == "this" else PLAIN)
                     )
                     print(f"turn {turn + 1}/{args.turns}: {version}, {CORPORA[k]}", file=sys.stderr)
         print(f"# the host's own stages per attention row, ns (medians of {args.turns} ingests each, by turns): this "
