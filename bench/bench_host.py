@@ -39,7 +39,7 @@ HOST_STAGES = ("reading and aligning", "tables", "writing")
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 CORPORA = ("EWT dev, one sentence per input", "GUM dev, 128-piece windows")
 PLAIN = {"settings": {}, "without": []}  # a lighter store's changes (--setting, --without): none
-SETTINGS = ("kept_mass", "max_edges", "text", "word_rows", "norms", "rollout")  # those a lighter store might change
+SETTINGS = ("kept_mass", "max_edges", "text", "word_rows", "norms", "rollout")  # the settings --setting may change
 
 
 def child(tree: Path, corpus: Path, pack: str, max_length: int | None, lighter: dict) -> None:
