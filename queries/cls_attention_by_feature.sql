@@ -32,9 +32,8 @@
 --   sep: [SEP]
 
 WITH dense AS (
-    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
-        || kept_mass::VARCHAR || '): cls attention by feature reads single weights of the [CLS] row; '
-        || 'ingest with --dense')
+    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ' || run_id
+        || ' is sparse: cls attention by feature reads single weights of the [CLS] row; ingest with --dense')
     END AS ok
     FROM runs WHERE run_id = $run
 ),

@@ -25,9 +25,8 @@
 
 WITH checked AS (  -- the run's row; raises for a sparse run or an unknown pairs value
     SELECT CASE
-        WHEN kept_mass IS NOT NULL THEN error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
-            || kept_mass::VARCHAR || '): frame heads reads single attention weights (target/element pairs); '
-            || 'ingest with --dense')
+        WHEN kept_mass IS NOT NULL THEN error('atlas: run ' || run_id
+            || ' is sparse: frame heads reads single attention weights (target/element pairs); ingest with --dense')
         WHEN $pairs NOT IN ('all', 'zip') THEN error('atlas: $pairs: expected all or zip')
     END AS failed
     FROM runs WHERE run_id = $run

@@ -25,8 +25,8 @@
 --   pronoun_to_noun: pronoun → noun
 
 WITH dense AS (
-    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ''' || run_id || ''' is sparse (kept_mass '
-        || kept_mass::VARCHAR || '): token to token reads single attention weights; ingest with --dense')
+    SELECT CASE WHEN kept_mass IS NULL THEN true ELSE error('atlas: run ' || run_id
+        || ' is sparse: token to token reads single attention weights; ingest with --dense')
     END AS ok
     FROM runs WHERE run_id = $run
 ),

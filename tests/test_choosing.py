@@ -140,7 +140,7 @@ def test_an_entry_refuses_in_one_line_without_the_engine_or_the_file(sparse):
         with pytest.raises(AtlasError) as raised:
             run_entry(Store(store).connect(), entry, entry.bind({"run": run}))
         text = raised.value.cli_text()
-        assert text.startswith(f"run '{run}' is sparse (kept_mass 0.9): {phrase} ") and text.endswith("--dense")
+        assert text.startswith(f"run {run} is sparse: {phrase} reads single") and text.endswith("--dense")
         assert str(raised.value).endswith("ingest with dense=True")  # the API's words
         assert "Error" not in text and ".sql" not in text and "\n" not in text
         result = run_cli("query", phrase, "--store", str(store))  # refused by the header's need before the SQL runs

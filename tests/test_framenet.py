@@ -311,7 +311,7 @@ def test_frame_heads_refuses_a_sparse_run_and_unknown_pairs(framenet_run, model,
         run_entry(store.connect(), entry, entry.bind({"run": run, "pairs": "first"}))
     sparse = Store(tmp_path / "sparse")
     sparse_run = ingest(check_corpus(LU, "framenet"), sparse, model, Settings(), progress=False).run_id
-    with pytest.raises(AtlasError, match=r"is sparse \(kept_mass 0.9\): frame heads .*dense=True") as info:
+    with pytest.raises(AtlasError, match=r"is sparse: frame heads reads single .*dense=True") as info:
         run_entry(sparse.connect(), entry, entry.bind({"run": sparse_run}))
     assert "\n" not in str(info.value) and sparse_run in str(info.value)
 
