@@ -50,8 +50,9 @@ field above it)::
 
 An entry refuses what it cannot answer (a sparse run, a parameter's value it does not know) with DuckDB's
 ``error('atlas: ...')`` in its SQL: atlas says the text after ``atlas: `` as the one line it refuses with, each
-``$name`` in it as the parameter and the value given (``--param name=value`` on the command line). Any other
-error of the engine is said after the entry's name, the first line of DuckDB's message without its class.
+``$name`` in it as the parameter and the value given (``--param name=value`` on the command line; in the shell's
+macros, after the macro's name, ``name := 'value'``). Any other error of the engine is said after the entry's
+name, the first line of DuckDB's message without its class.
 
 Parameters are bound by DuckDB (``$name`` in the SQL), never pasted into the SQL text. A malformed header, or
 one naming an unknown shared need, is refused in one line naming the file and the line.

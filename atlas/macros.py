@@ -12,7 +12,8 @@ id, not the unique start of one the CLI and the API take)::
 A macro runs the entry's SQL text through DuckDB's ``query()`` with each ``$name`` replaced by the
 argument as a typed literal (``'50'::INTEGER``). Before the entry answers, what atlas checks is checked in the
 same SQL: a run not in the store, and the needs of the entry's header (``atlas.needs``), each refused with
-atlas's message as DuckDB's error. Plain substitution of the parameter names into the SQL
+atlas's message as DuckDB's error, after the macro's name; so is the entry's own refusal (``error('atlas: ...')``
+in its SQL), its parameters named as ``name := 'value'``. Plain substitution of the parameter names into the SQL
 is not safe: a macro parameter shadows every column of the same name (``task``, ``method``, ``seed``,
 ``direction`` are columns too), and a macro calling another one leaks its parameters into it. The SQL
 file stays the single source: the macros are rewritten with the views, and when the catalogue changes.
@@ -39,7 +40,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from atlas.catalogue import Entry, Parameter, entries
+from atlas.catalogue import REFUSAL, Entry, Parameter, entries
 from atlas.compare import DIFF_DIGITS, aligns_heads, key_columns, shapes_differ
 from atlas.errors import AtlasError
 from atlas.run_sql import LATEST_RUN
@@ -51,7 +52,7 @@ _NAME_TOKENS = (duckdb.token_type.identifier, duckdb.token_type.keyword)  # $met
 _NUMERIC = re.compile(r"U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)")
 RUN_A = Parameter("a", "the reference run", LATEST)
 RUN_B = Parameter("b", "the run compared with a", None)
-VERSION = "5"  # of the generated text; part of the state recorded in atlas_meta
+VERSION = "6"  # of the generated text; part of the state recorded in atlas_meta
 
 
 def macro_name(entry: Entry) -> str:
@@ -105,19 +106,25 @@ def _argument_sql(macro: str, p: Parameter) -> str:
     return f"CASE WHEN {p.name} IS NULL THEN {missing} ELSE {LITERAL}({p.name}) END"
 
 
-def _pieces(sql: str, arguments: dict[str, str]) -> list[str]:
+def _pieces(sql: str, arguments: dict[str, str], macro: str = "") -> list[str]:
     """SQL expressions whose concatenation is the text ``sql`` with each ``$name`` of ``arguments`` replaced by
-    the text its expression builds."""
+    the text its expression builds; with ``macro``, the entry's own refusals too (a literal ``'atlas: ...'``)
+    say the macro's name instead of atlas and each ``$name`` in them as ``name := 'value'``, as atlas names them."""
     pieces: list[str] = []
     start = 0
     encoded = sql.encode()  # duckdb.tokenize gives byte offsets: as character offsets (non-ASCII SQL text)
     tokens = [(len(encoded[:pos].decode()), kind) for pos, kind in duckdb.tokenize(sql)]
-    for (pos, kind), (next_pos, next_kind) in zip(tokens, tokens[1:], strict=False):
+    for (pos, kind), (next_pos, next_kind) in zip(tokens, tokens[1:] + [(len(sql), None)], strict=True):
         if kind == duckdb.token_type.operator and sql[pos] == "$" and next_kind in _NAME_TOKENS:
             name = re.match(r"\w+", sql[next_pos:]).group(0)
             if next_pos == pos + 1 and name in arguments:
                 pieces += [_quote(sql[start:pos]), arguments[name]]
                 start = next_pos + len(name)
+        elif macro and kind == duckdb.token_type.string_const and sql.startswith(f"'{REFUSAL}", pos):
+            literal = re.match(r"'(?:[^']|'')*'", sql[pos:]).group(0)
+            text = literal[1:-1].replace("''", "'").removeprefix(REFUSAL)
+            pieces += [_quote(sql[start:pos] + "("), *_message(f"{macro}: {text}", arguments), _quote(")")]
+            start = pos + len(literal)
     pieces.append(_quote(sql[start:]))
     return pieces
 
@@ -136,11 +143,11 @@ def macro_sql(entry: Entry) -> str:
     arguments = {p.name: _argument_sql(name, p) for p in entry.parameters}
     checks = _checks(entry, name, arguments)
     if not checks:
-        return _macro(name, entry.parameters, _pieces(entry.sql, arguments))
+        return _macro(name, entry.parameters, _pieces(entry.sql, arguments, name))
     sql = entry.sql.rstrip().removesuffix(";")
     pieces = [_quote("WITH atlas_check AS (SELECT CASE "), *checks, _quote("ELSE true END AS ok) ")]
     pieces.append(_quote("SELECT * EXCLUDE (atlas_order) FROM (SELECT *, row_number() OVER () AS atlas_order FROM (\n"))
-    pieces += _pieces(sql, arguments)
+    pieces += _pieces(sql, arguments, name)
     pieces.append(_quote("\n)) WHERE (SELECT ok FROM atlas_check) ORDER BY atlas_order"))
     return _macro(name, entry.parameters, pieces)
 
@@ -211,7 +218,7 @@ def compare_macro_sql(entry: Entry, columns: Sequence[tuple[str, str]]) -> str:
     pieces = [_quote("WITH ")]
     for alias, run in (("atlas_a", RUN_A), ("atlas_b", RUN_B)):  # each run's answer, its rows numbered in order
         pieces.append(_quote(f"{alias} AS (SELECT *, row_number() OVER () AS atlas_order FROM (\n"))
-        pieces += _pieces(sql, {**arguments, "run": _argument_sql(name, run)})
+        pieces += _pieces(sql, {**arguments, "run": _argument_sql(name, run)}, name)
         pieces.append(_quote("\n)), "))
     pieces += [_quote("atlas_ids AS (SELECT "), _argument_sql(name, RUN_A), _quote(" AS a, ")]
     pieces += [_argument_sql(name, RUN_B), _quote(" AS b), atlas_check AS (")]

@@ -448,7 +448,7 @@ def test_a_store_written_before_them_answers_refuses_them_exports_and_compares(t
     _before_long_context(root, old)
     st = atlas.open(root)
     for name, answer in before.items():
-        assert_frame_equal(st.query(name), answer, check_exact=False, rtol=1e-12, atol=1e-12)
+        assert_frame_equal(st.query(name), answer, check_exact=False, rel_tol=1e-12, abs_tol=1e-12)
     for name in ("attention distance", "streaming heads"):
         with pytest.raises(AtlasError, match=f"^run {old} holds no attention-distance profile") as refused:
             st.query(name, run=old)

@@ -141,13 +141,22 @@ def test_comparison_macros_refuse_what_atlas_refuses(store, tmp_path):
 
 def test_macros_refuse_what_atlas_refuses_before_an_entry_answers(store, tmp_path):
     """A run not in the store, a need of the entry's header not met: refused in one line, not an empty answer."""
-    root, _, dense = store
+    root, sparse, dense = store
     for sql, message in (
         ("FROM entropy(run := 'nope')", "entropy: run := 'nope': no such run (see FROM runs)"),
         ("FROM head_distances()", f"head_distances: 'head distances' of run {dense} are not computed yet"),
         (
             "FROM best_head_per_dependency_relation(min_count := -1)",
             "best_head_per_dependency_relation: min_count := '-1': expected 0 or more",
+        ),
+        (  # the entry's own refusal, its parameter named as the macro's
+            "FROM best_head_per_dependency_relation(direction := 'up')",
+            "best_head_per_dependency_relation: direction := 'up': expected both, dependent -> head or head -> "
+            "dependent\n",
+        ),
+        (
+            f"FROM compare_best_head_per_dependency_relation(b := '{sparse}', direction := 'it''s')",
+            "compare_best_head_per_dependency_relation: direction := 'it's': expected both, ",
         ),
     ):
         result = shell(root / "atlas.duckdb", sql, tmp_path)
@@ -160,13 +169,15 @@ def test_macros_refuse_what_atlas_refuses_before_an_entry_answers(store, tmp_pat
 
 def test_sparse_runs_are_refused_through_the_macro_as_in_atlas(store, tmp_path):
     root, sparse, _ = store
-    # entries whose SQL refuses a sparse run itself, as its header's need does: whichever DuckDB runs first refuses
+    # entries whose SQL refuses a sparse run itself, as its header's need does: whichever DuckDB runs first refuses,
+    # in the same words
     refusing = [entry for entry in entries() if "' is sparse: " in entry.sql and "run_id = $run" in entry.sql]
     assert {entry.name for entry in refusing} == {"cls attention by feature", "token to token", "frame heads"}
     for entry in refusing:
-        said = next(n.message for n in entry.needs if n.fatal and "is sparse" in n.message).format(run=sparse)
+        need = next(n.message for n in entry.needs if n.fatal and "is sparse" in n.message)
+        said = f"Invalid Input Error: {macro_name(entry)}: {need.format(run=sparse)}\n"
         result = shell(root / "atlas.duckdb", f"FROM {macro_name(entry)}(run := '{sparse}')", tmp_path)
-        assert result.returncode != 0 and said in result.stderr, (entry.name, result.stderr)
+        assert result.returncode != 0 and result.stderr == said, (entry.name, result.stderr)
     result = shell(root / "atlas.duckdb", "FROM fine_tuning_change()", tmp_path)
     assert result.returncode != 0 and ":= ... is required" in result.stderr
 

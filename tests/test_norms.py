@@ -233,7 +233,7 @@ def test_norms_and_rollout_change_no_other_column(tmp_path, corpus, model):
         for column in a:
             np.testing.assert_array_equal(a[column], b[column], err_msg=f"{table}.{column}")
     a, b = (atlas.open(s.root).query("special tokens") for s in (plain, normed))
-    assert_frame_equal(a, b, check_exact=False, rtol=1e-12, atol=1e-12)
+    assert_frame_equal(a, b, check_exact=False, rel_tol=1e-12, abs_tol=1e-12)
 
 
 def test_runs_without_them_are_told_how_to_get_them(sparse_store, dense):
@@ -292,7 +292,7 @@ def test_a_store_written_before_them_answers_exports_and_compares(tmp_path, corp
     _before_norms(root, old)
     st = atlas.open(root)
     for name, answer in before.items():  # DuckDB's parallel sums may differ in the last bits
-        assert_frame_equal(st.query(name), answer, check_exact=False, rtol=1e-12, atol=1e-12)
+        assert_frame_equal(st.query(name), answer, check_exact=False, rel_tol=1e-12, abs_tol=1e-12)
     for name in ("norm-based attention", "attention rollout"):
         with pytest.raises(AtlasError, match=f"^run {old} keeps no attention rollout|^run {old} holds no value norms"):
             st.query(name, run=old)
